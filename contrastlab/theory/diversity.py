@@ -77,9 +77,7 @@ def first_order_constant(z: Tensor, z_pos: Tensor, d_fixed: int) -> Tensor:
     return 2.0 * u2 * (v.square().sum(1) - (v * vt).sum(1))
 
 
-def _asymptotic_terms(
-    hz: Tensor, hzp: Tensor, hneg: Tensor, inv_tau: float
-) -> Tensor:
+def _asymptotic_terms(hz: Tensor, hzp: Tensor, hneg: Tensor, inv_tau: float) -> Tensor:
     """Per-anchor −s⁺/τ + log mean_j e^{s_j/τ}; ``hneg`` is ``(M, d)`` shared or ``(N, M, d)``."""
     align = -(hz * hzp).sum(1) * inv_tau
     if hneg.ndim == 2:
@@ -157,9 +155,7 @@ def check_theorem_4_5(
     ident, per_lam, c_chunks = [], [[] for _ in lam_t], []
     for chunk in range(n_chunks):
         g = torch.Generator().manual_seed(seed * 1_000_003 + chunk)
-        z, zp = sample_pairs(
-            n_anchors, d, k, d_fixed, concentration=concentration, generator=g, dtype=torch.float64
-        )
+        z, zp = sample_pairs(n_anchors, d, k, d_fixed, concentration=concentration, generator=g, dtype=torch.float64)
         if negatives == "sphere":
             neg = sample_uniform_sphere(n_negatives, d, generator=g, dtype=torch.float64)
         else:
