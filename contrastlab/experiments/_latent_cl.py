@@ -35,7 +35,12 @@ __all__ = ["LatentRun", "aggregate", "fmt_mean_sd", "train_latent"]
 
 @dataclass(frozen=True)
 class LatentRun:
-    """One training run in a latent world (every field is part of the result's identity)."""
+    """One training run in a latent world.
+
+    ``rho`` is the constraint ratio (share of each anchor's ``n_negatives`` drawn uniformly from K(z));
+    with ``rho = 0`` and ``shared_negatives`` one fresh uniform batch of ``n_negatives`` is shared by all
+    anchors (the paper's standard runs), otherwise every anchor gets its own.
+    """
 
     generator: str = "identity"
     encoder: Literal["mlp", "inverse"] = "mlp"
@@ -53,6 +58,7 @@ class LatentRun:
     batch_norm: bool = True
     linear_out_dim: int | None = None
     n_test: int = 2000
+    shared_negatives: bool = True
     seed: int = 0
 
 
@@ -73,6 +79,10 @@ class _Encoder(nn.Module):
         return self.net(x)
 
 
+def _per_anchor(run: LatentRun) -> bool:
+    return run.rho != 0.0 or not run.shared_negatives
+
+
 def _batch_source(run: LatentRun, mixing: Mixing, kappa: float) -> Any:
     def batch_at(step: int) -> dict[str, Tensor]:
         g = step_generator(run.seed, step)
@@ -85,7 +95,7 @@ def _batch_source(run: LatentRun, mixing: Mixing, kappa: float) -> Any:
             generator=g,
             dtype=torch.float64,
         )
-        if run.rho == 0.0:  # the paper's standard runs: one fresh uniform batch shared by all anchors
+        if not _per_anchor(run):  # the paper's standard runs: one fresh uniform batch shared by all anchors
             neg = sample_uniform_sphere(run.n_negatives, run.d, generator=g, dtype=torch.float64)
         else:
             neg = sample_restricted_negatives(z, run.n_negatives, run.d_fixed, run.rho, generator=g)
@@ -110,7 +120,7 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
     mixing = make_mixing(run.generator, run.d, seed=run.seed, out_dim=run.linear_out_dim)
     model = _Encoder(run, mixing)
     b, m = run.batch_size, run.n_negatives
-    per_anchor = run.rho != 0.0
+    per_anchor = _per_anchor(run)
 
     def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         # One forward pass for anchors, positives and negatives, so BatchNorm sees a single batch.
@@ -149,3 +159,34 @@ def aggregate(rows: Sequence[dict[str, float]], key: str) -> tuple[float, float]
 def fmt_mean_sd(mean: float, sd: float) -> str:
     """``"0.63 ± 0.01"``."""
     return f"{mean:.2f} ± {sd:.2f}"
+
+
+def plot_lines(
+    xs: Sequence[float],
+    series: dict[str, tuple[Sequence[float], Sequence[float]]],
+    paper: dict[str, tuple[Sequence[float], Sequence[float]]],
+    xlabel: str,
+    path: Path,
+) -> None:
+    """R² against a swept parameter: ours (mean ± sd, solid) and the paper's points (dashed, hollow)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from contrastlab.io import atomic_path
+
+    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    for i, (label, (mean, sd)) in enumerate(series.items()):
+        ax.errorbar(xs, mean, yerr=sd, marker="o", color=f"C{i}", label=f"{label} (ours)", capsize=3)
+        if label in paper:
+            px, py = paper[label]
+            ax.plot(px, py, "--", marker="o", mfc="none", color=f"C{i}", label=f"{label} (paper)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("held-out linear R²")
+    ax.set_ylim(-0.02, 1.05)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
