@@ -63,12 +63,22 @@ def _plain_dtype(*args: Any) -> np.dtype:
     return dt
 
 
+def _latin1_encode(text: Any, encoding: Any = "utf-8", errors: Any = "strict") -> bytes:
+    """``_codecs.encode`` as Python 3 protocol-2 pickles use it for ``bytes``: only str → latin-1 bytes."""
+    if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
+        raise pickle.UnpicklingError(
+            f"refusing _codecs.encode({type(text).__name__}, {encoding!r}, {errors!r})"
+        )
+    return text.encode("latin-1")
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """An unpickler that rebuilds only builtin containers and plain numpy arrays.
 
     Allowed globals: ``numpy.core.multiarray._reconstruct`` (and its numpy ≥ 2 home
-    ``numpy._core.multiarray``), ``numpy.ndarray`` and ``numpy.dtype`` (object dtypes refused). Everything
-    else raises ``pickle.UnpicklingError`` naming the global.
+    ``numpy._core.multiarray``), ``numpy.ndarray``, ``numpy.dtype`` (object dtypes refused) and
+    ``_codecs.encode`` restricted to latin-1 (how Python 3 writes ``bytes`` at protocol 2, as in re-pickled
+    copies of the batches). Everything else raises ``pickle.UnpicklingError`` naming the global.
     """
 
     _ALLOWED = {
@@ -76,6 +86,7 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("numpy._core.multiarray", "_reconstruct"),
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
+        ("_codecs", "encode"),
     }
 
     def find_class(self, module: str, name: str) -> Any:
@@ -87,6 +98,8 @@ class RestrictedUnpickler(pickle.Unpickler):
             )
         if name == "_reconstruct":
             return _reconstruct()
+        if name == "encode":
+            return _latin1_encode
         return np.ndarray if name == "ndarray" else _plain_dtype
 
 
