@@ -81,9 +81,7 @@ def check_same_device(**tensors: Tensor | None) -> None:
     first_name, first = items[0]
     for name, t in items[1:]:
         if t.device != first.device:
-            raise ValueError(
-                f"{name} is on {t.device} but {first_name} is on {first.device}; move them to one device"
-            )
+            raise ValueError(f"{name} is on {t.device} but {first_name} is on {first.device}; move them to one device")
 
 
 def check_labels(name: str, labels: object, n: int) -> Tensor:
