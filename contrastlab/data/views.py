@@ -2,8 +2,8 @@
 
 ``TwoViewBatches(dataset, augment, batch_size, seed).batch_at(step)`` returns two independently
 augmented views of the same images (SimCLR, Chen et al. 2020, Algorithm 1) and their labels. Which
-images: a permutation of the dataset per epoch, seeded by ``(seed, epoch)`` (the ``EpochSampler``
-scheme of ``docs/contracts.md``); which augmentation parameters: a generator seeded by ``(seed, step)``.
+images: :class:`contrastlab.train.EpochSampler`, a permutation of the dataset per epoch seeded by
+``(seed, epoch)``; which augmentation parameters: :func:`contrastlab.train.step_generator` ``(seed, step)``.
 Nothing depends on earlier calls, so a run resumed at step ``t`` sees exactly the batches it would have seen.
 """
 
@@ -14,22 +14,9 @@ from torch import Tensor
 
 from contrastlab.data.augment import Augmentation
 from contrastlab.data.base import ImageDataset
+from contrastlab.train.sampler import EpochSampler, step_generator
 
-__all__ = ["TwoViewBatches", "epoch_permutation", "step_generator"]
-
-_STEP_MULT = 1_000_003  # seed * 1_000_003 + step: distinct streams for every (seed, step) with step < 1e6
-_EPOCH_OFFSET = 0x5EED_E90C  # keeps the epoch stream apart from the step stream of the same seed
-
-
-def step_generator(seed: int, step: int) -> torch.Generator:
-    """The CPU generator of training step ``step`` under ``seed`` (``seed * 1_000_003 + step``)."""
-    return torch.Generator().manual_seed((seed * _STEP_MULT + step) % (2**63))
-
-
-def epoch_permutation(n: int, seed: int, epoch: int) -> Tensor:
-    """The permutation of ``range(n)`` used in epoch ``epoch`` under ``seed``, shape ``(n,)`` int64."""
-    g = torch.Generator().manual_seed((seed * _STEP_MULT + epoch + _EPOCH_OFFSET) % (2**63))
-    return torch.randperm(n, generator=g)
+__all__ = ["TwoViewBatches"]
 
 
 class TwoViewBatches:
@@ -76,21 +63,14 @@ class TwoViewBatches:
             raise TypeError(f"dataset must be an ImageDataset, got {type(dataset).__name__}")
         if augment is not None and not isinstance(augment, Augmentation):
             raise TypeError(f"augment must be an Augmentation or None, got {type(augment).__name__}")
-        if (
-            isinstance(batch_size, bool)
-            or not isinstance(batch_size, int)
-            or not 1 <= batch_size <= len(dataset)
-        ):
-            raise ValueError(
-                f"batch_size must be an int in [1, {len(dataset)}] (the dataset size), got {batch_size!r}"
-            )
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= len(dataset):
+            raise ValueError(f"batch_size must be an int in [1, {len(dataset)}] (the dataset size), got {batch_size!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative int, got {seed!r}")
         self.dataset, self.augment, self.batch_size, self.seed = dataset, augment, batch_size, seed
         self.device = torch.device(device)
-        self.steps_per_epoch = len(dataset) // batch_size
-        self._perm_epoch = -1
-        self._perm = torch.empty(0, dtype=torch.int64)
+        self.sampler = EpochSampler(len(dataset), batch_size, seed=seed, drop_last=True)
+        self.steps_per_epoch = self.sampler.steps_per_epoch
 
     def __repr__(self) -> str:
         return (
@@ -102,13 +82,7 @@ class TwoViewBatches:
         """The dataset rows of step ``step``, shape ``(B,)`` int64."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ValueError(f"step must be a non-negative int, got {step!r}")
-        epoch, pos = divmod(step, self.steps_per_epoch)
-        if (
-            epoch != self._perm_epoch
-        ):  # a cache of the current epoch's permutation; the result never depends on it
-            self._perm = epoch_permutation(len(self.dataset), self.seed, epoch)
-            self._perm_epoch = epoch
-        return self._perm[pos * self.batch_size : (pos + 1) * self.batch_size]
+        return self.sampler.indices_at(step)
 
     def batch_at(self, step: int) -> tuple[Tensor, Tensor, Tensor]:
         """The two views and labels of step ``step`` (see the class docstring for shapes)."""

@@ -212,9 +212,7 @@ def test_tiny_imagenet_folders(tmp_path: Path) -> None:
         d.mkdir(parents=True)
         for i in range(2):
             Image.new("RGB", (64, 64), colours[w]).save(d / f"{w}_{i}.JPEG", quality=95)
-    Image.new("L", (64, 64), 128).save(
-        base / "train" / wnids[1] / "images" / f"{wnids[1]}_2.JPEG"
-    )  # grayscale
+    Image.new("L", (64, 64), 128).save(base / "train" / wnids[1] / "images" / f"{wnids[1]}_2.JPEG")  # grayscale
     Image.new("RGB", (64, 64), colours[wnids[1]]).save(base / "val" / "images" / "val_0.JPEG", quality=95)
     Image.new("RGB", (64, 64), colours[wnids[0]]).save(base / "val" / "images" / "val_1.JPEG", quality=95)
     (base / "val" / "val_annotations.txt").write_text(
@@ -293,9 +291,7 @@ def test_image_dataset_validation_and_helpers() -> None:
         ImageDataset(torch.zeros(3, 4, 4), torch.tensor([0, 1, 1]), ("a", "b"), "x")
     with pytest.raises(TypeError, match="^labels"):
         ImageDataset(torch.zeros(3, 1, 4, 4), torch.tensor([0.0, 1.0, 1.0]), ("a", "b"), "x")
-    ds = ImageDataset(
-        torch.full((4, 3, 8, 8), 200, dtype=torch.uint8), torch.tensor([0, 1, 0, 1]), ("a", "b"), "x"
-    )
+    ds = ImageDataset(torch.full((4, 3, 8, 8), 200, dtype=torch.uint8), torch.tensor([0, 1, 0, 1]), ("a", "b"), "x")
     small = ds.resized(4)
     assert small.images.shape == (4, 3, 4, 4) and small.images.dtype == torch.uint8
     assert int(small.images.min()) == 200 == int(small.images.max())
