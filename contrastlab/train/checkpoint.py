@@ -108,17 +108,13 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         state = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})"
-        ) from e
+        raise CheckpointError(f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})") from e
     if not isinstance(state, dict) or "step" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {p} is not a contrastlab training checkpoint (no 'step'/'model')")
     return state
 
 
-def latest_checkpoint(
-    directory: str | Path, *, map_location: str | torch.device = "cpu"
-) -> dict[str, Any] | None:
+def latest_checkpoint(directory: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
     """Load the newest good checkpoint in ``directory``, or ``None`` if there is none.
 
     If ``checkpoint.pt`` is corrupt, a warning names it, it is renamed to ``checkpoint.pt.corrupt``
