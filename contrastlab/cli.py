@@ -220,14 +220,13 @@ def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
     root = Path(args.root) if args.root else Path(os.environ.get("CONTRASTLAB_DATA", "data"))
     rows = _dataset_table(root)
     print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; nothing is downloaded)")
+    known = {r[0] for r in rows}
+    if args.name is not None and args.name not in known:
+        raise UsageError(f"data: unknown dataset {args.name!r}; known: {', '.join(sorted(known)) or '(none)'}")
     if not rows:
         print("no file-backed datasets are registered (the synthetic worlds need no files)")
         return EXIT_OK
     names = [args.name] if args.name else [r[0] for r in rows]
-    known = {r[0] for r in rows}
-    for n in names:
-        if n not in known:
-            raise UsageError(f"data: unknown dataset {n!r}; known: {', '.join(sorted(known))}")
     for name, source, files, present in rows:
         if name not in names:
             continue
