@@ -59,7 +59,7 @@ def get_experiment(name: str) -> ModuleType:
         raise ValueError(f"name: unknown experiment {name!r}; known: {', '.join(known) or '(none)'}")
     module = importlib.import_module(f"{_PACKAGE}.{name.replace('-', '_')}")
     cfg = getattr(module, "Config", None)
-    if cfg is None or not dataclasses.is_dataclass(cfg):
+    if not isinstance(cfg, type) or not dataclasses.is_dataclass(cfg):
         raise TypeError(f"experiment {name!r} must define a dataclass Config")
     if not isinstance(getattr(module, "QUICK", None), cfg):
         raise TypeError(f"experiment {name!r} must define QUICK, a Config instance")

@@ -42,7 +42,7 @@ class CheckpointError(RuntimeError):
 
 def capture_rng() -> dict[str, Any]:
     """The torch (CPU and CUDA), numpy and python RNG states as tensors and ints."""
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),

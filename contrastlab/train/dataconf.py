@@ -55,7 +55,7 @@ def _type_name(tp: Any) -> str:
         return "None"
     if origin in (tuple, list):
         return "a list"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"a {tp.__name__} table"
     return {bool: "a bool", int: "an int", float: "a float", str: "a string"}.get(tp, str(tp))
 
@@ -191,9 +191,9 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 def _field_type(cls: type, dotted: str) -> Any:
     tp: Any = cls
-    walked = []
+    walked: list[str] = []
     for part in dotted.split("."):
-        if not dataclasses.is_dataclass(tp):
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
             raise ConfigError(f"{'.'.join(walked)} has no sub-fields (cannot set {dotted})")
         hints = _hints(tp)
         if part not in hints or part not in {f.name for f in dataclasses.fields(tp)}:
