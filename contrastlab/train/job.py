@@ -288,7 +288,10 @@ def _linear_r2(emb: Tensor, latent: Tensor) -> float:
 
 
 def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, int], dict[str, float]]:
-    """Held-out metrics: loss (in-batch negatives), alignment, uniformity and, with latents, linear R².
+    """Held-out metrics: loss, alignment, uniformity and, with latents, linear R².
+
+    The loss is the mean over consecutive held-out chunks of ``data.batch_size`` pairs with in-batch
+    negatives, so it is comparable with the training loss (same number of negatives).
 
     Alignment and uniformity follow Wang & Isola (2020), eqs. 4–5 (α = 2, t = 2); the R² is the
     linear-identifiability score of Zimmermann et al. (2021) (affine least squares, mean over dims).
@@ -301,8 +304,15 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
         device = next(model.parameters()).device
         a = model(held_out["anchor"].to(device)).float()
         p = model(held_out["positive"].to(device)).float()
+        # the loss over held-out chunks of the training batch size (the same number of negatives)
+        b = min(config.data.batch_size, a.shape[0])
+        chunks = [(i, i + b) for i in range(0, a.shape[0] - b + 1, b)]
+        chunk_losses = [
+            float(_loss_value(config.loss, a[i:j], p[i:j], {k: v[i:j] for k, v in held_out.items()}, None))
+            for i, j in chunks
+        ]
         out = {
-            "loss": float(_loss_value(config.loss, a, p, held_out, None)),
+            "loss": sum(chunk_losses) / len(chunk_losses),
             "alignment": float(alignment(a, p)),
             "uniformity": float(uniformity(a)),
         }
