@@ -80,18 +80,23 @@ def as_float32_matrix(name: str, x: object, *, dim: int | None = None) -> np.nda
         TypeError: not a tensor/array, or not floating point.
         ValueError: wrong shape, empty, NaN/Inf, or ``D != dim``.
     """
-    if isinstance(x, np.ndarray):
+    if isinstance(x, Tensor):
+        t = check_embeddings(name, x.detach(), ndim=2)
+        arr = t.to(device="cpu", dtype=torch.float32).numpy()
+    elif isinstance(x, np.ndarray):  # checked in numpy: memory-mapped, read-only arrays stay as they are
         if x.dtype.kind != "f":
             raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
-        t = torch.from_numpy(x) if x.dtype != np.float16 else torch.from_numpy(x.astype(np.float32))
-    elif isinstance(x, Tensor):
-        t = x.detach()
+        if x.ndim != 2:
+            raise ValueError(f"{name} must have shape (N, D), got {x.shape}")
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(f"{name} is empty (shape {x.shape}); every dimension must be at least 1")
+        arr = np.asarray(x, dtype=np.float32)
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or Inf entries")
     else:
         raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
-    check_embeddings(name, t, ndim=2)
-    if dim is not None and t.shape[1] != dim:
-        raise ValueError(f"{name} has dimension D = {t.shape[1]} but the index has D = {dim}")
-    arr = t.to(device="cpu", dtype=torch.float32).numpy()
+    if dim is not None and arr.shape[1] != dim:
+        raise ValueError(f"{name} has dimension D = {arr.shape[1]} but the index has D = {dim}")
     return np.ascontiguousarray(arr)
 
 
@@ -306,8 +311,12 @@ class EmbeddingIndex:
             else _int_vector("ids", ids, n)
         )
         all_ids = np.concatenate([self._ids, new_ids])
-        if np.unique(all_ids).shape[0] != all_ids.shape[0]:
-            raise ValueError("ids must be unique across the index; a duplicate id was given")
+        uniq, counts = np.unique(all_ids, return_counts=True)
+        if uniq.shape[0] != all_ids.shape[0]:
+            dup = int(uniq[counts > 1][0])
+            raise ValueError(
+                f"ids must be unique across the index; id {dup} occurs twice (omitted ids default to row positions)"
+            )
         if labels is None and self._labels is not None:
             raise ValueError("labels: the index has labels, so every add must give them")
         if labels is not None and self._labels is None and self.ntotal > 0:

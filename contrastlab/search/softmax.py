@@ -22,6 +22,7 @@ an ``.npy`` file block by block so that not even the corpus has to fit in memory
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -125,7 +126,9 @@ def _as_tensor(name: str, x: object) -> Tensor:
     if isinstance(x, np.ndarray):
         if x.dtype.kind != "f":
             raise TypeError(f"{name} must be a floating-point array, got dtype {x.dtype}")
-        x = torch.from_numpy(np.ascontiguousarray(x))
+        with warnings.catch_warnings():  # read-only (memory-mapped) arrays are only ever read here
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            x = torch.from_numpy(np.ascontiguousarray(x))
     return check_embeddings(name, x, ndim=2)
 
 
