@@ -315,7 +315,8 @@ class EmbeddingIndex:
         if uniq.shape[0] != all_ids.shape[0]:
             dup = int(uniq[counts > 1][0])
             raise ValueError(
-                f"ids must be unique across the index; id {dup} occurs twice (omitted ids default to row positions)"
+                f"ids must be unique across the index; id {dup} occurs twice "
+                "(omitted ids default to row positions)"
             )
         if labels is None and self._labels is not None:
             raise ValueError("labels: the index has labels, so every add must give them")
