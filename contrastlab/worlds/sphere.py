@@ -148,6 +148,6 @@ def sample_vmf(
 
 
 def log_sphere_area(d: int) -> float:
-    """log |S^{d-1}| = log(2 π^{d/2} / Γ(d/2))."""
+    """Log |S^{d-1}| = log(2 π^{d/2} / Γ(d/2))."""
     _check_dim(d)
     return math.log(2.0) + 0.5 * d * math.log(math.pi) - math.lgamma(0.5 * d)
