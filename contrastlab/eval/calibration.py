@@ -12,7 +12,8 @@ samples). This module measures that claim for any encoder and labelled corpus:
 * reliability diagrams;
 * a per-query temperature derived from the norm, ``τ_q = τ · r_ref / ‖φ(q)‖`` (the vMF reading of the
   norm as a concentration), against the baseline: the max softmax probability (MSP) of the softmax
-  search ``p_j = softmax_j(cos(q, c_j)/τ)`` over the corpus.
+  search ``p_j = softmax_j(cos(q, c_j)/τ)`` over the corpus, taken as the probability mass of the
+  top-1 item's label (``"msp"`` in the tables).
 """
 
 from __future__ import annotations
@@ -178,16 +179,24 @@ def top1_retrieval(query: Tensor, query_labels: Tensor, corpus: Tensor, corpus_l
     return corpus_labels[nn_idx] == query_labels
 
 
-def softmax_search_confidence(query: Tensor, corpus: Tensor, *, temperature: float | Tensor) -> Tensor:
-    """Max softmax probability of the softmax search ``p_j ∝ exp(cos(q, c_j) / τ)`` over the corpus.
+def softmax_search_confidence(
+    query: Tensor, corpus: Tensor, *, temperature: float | Tensor, corpus_labels: Tensor | None = None
+) -> Tensor:
+    """Confidence of the softmax search ``p_j ∝ exp(cos(q, c_j) / τ)`` over the corpus in its top-1 answer.
+
+    Without labels: the max softmax probability ``max_j p_j`` (the top-1 item's probability). With
+    ``corpus_labels``: the probability mass of the top-1 item's label, ``Σ_{j: y_j = y_top1} p_j`` — the
+    search's probability that the top-1 label is right (otherwise the mass of a class with many corpus
+    items is spread over them and ``max_j p_j`` is small even when the answer is certain).
 
     Args:
         query: ``(Q, D)`` raw embeddings.
         corpus: ``(C, D)`` raw embeddings.
         temperature: a float, or a ``(Q,)`` tensor of per-query temperatures.
+        corpus_labels: optional ``(C,)`` int labels.
 
     Returns:
-        ``(Q,)`` float64 ``max_j p_j``.
+        ``(Q,)`` float64 confidences in ``(0, 1]``.
     """
     check_embeddings("query", query, ndim=2)
     check_embeddings("corpus", corpus, ndim=2)
@@ -198,7 +207,12 @@ def softmax_search_confidence(query: Tensor, corpus: Tensor, *, temperature: flo
     else:
         tau = torch.tensor(check_positive_float("temperature", temperature), dtype=torch.float64)
     logits = F.normalize(query.double(), dim=1) @ F.normalize(corpus.double(), dim=1).T / tau
-    return torch.softmax(logits, dim=1).max(dim=1).values
+    p = torch.softmax(logits, dim=1)  # (Q, C)
+    if corpus_labels is None:
+        return p.max(dim=1).values
+    check_labels("corpus_labels", corpus_labels, corpus.shape[0])
+    top_label = corpus_labels[logits.argmax(dim=1)]  # (Q,)
+    return (p * (corpus_labels[None, :] == top_label[:, None])).sum(dim=1)
 
 
 def norm_temperature(norms: Tensor, *, temperature: float, reference_norm: float) -> Tensor:
@@ -306,13 +320,18 @@ def calibration_report(
     norms = query.double().norm(dim=1)
     ref = float(norms[torch.as_tensor(cal)].median())
     tau_q = norm_temperature(norms, temperature=temperature, reference_norm=ref)
-    candidates: list[tuple[str, np.ndarray, bool]] = [
+    candidates: list[tuple[str, np.ndarray | Tensor, bool]] = [
         ("norm", norms.cpu().numpy(), False),
-        ("msp", softmax_search_confidence(query, corpus, temperature=temperature).cpu().numpy(), True),
-        ("msp_norm_temperature", softmax_search_confidence(query, corpus, temperature=tau_q).cpu().numpy(), True),
+        ("msp", softmax_search_confidence(query, corpus, temperature=temperature, corpus_labels=corpus_labels), True),
+        (
+            "msp_norm_temperature",
+            softmax_search_confidence(query, corpus, temperature=tau_q, corpus_labels=corpus_labels),
+            True,
+        ),
     ]
     out: list[ScoreCalibration] = []
-    for name, s, is_prob in candidates:
+    for name, score, is_prob in candidates:
+        s = score.cpu().numpy() if isinstance(score, Tensor) else score
         iso = IsotonicMap(s[cal], correct[cal])
         p_test = iso(s[test])
         both = 0 < correct[test].sum() < len(test)

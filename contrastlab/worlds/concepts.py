@@ -76,6 +76,8 @@ class ConceptWorld:
         level_scale: step size of the hierarchical random walk at depth 1.
         level_decay: factor by which that step shrinks per level.
         view_noise: standard deviation of the Gaussian noise added to make a view.
+        feature_norm: if set, every clean feature vector is rescaled to this norm, so that an encoder's
+            output norm cannot simply inherit the input norm (which grows with depth in the random walk).
         seed: seed of the world's structure (ranks, ambiguity, partners, features).
 
     Attributes:
@@ -111,6 +113,7 @@ class ConceptWorld:
         level_scale: float = 1.0,
         level_decay: float = 0.6,
         view_noise: float = 0.3,
+        feature_norm: float | None = None,
         seed: int = 0,
     ) -> None:
         self.branching = _check_int("branching", branching, 2)
@@ -122,6 +125,7 @@ class ConceptWorld:
         self.level_scale = check_positive_float("level_scale", level_scale)
         self.level_decay = check_positive_float("level_decay", level_decay)
         self.view_noise = check_positive_float("view_noise", view_noise, allow_zero=True)
+        self.feature_norm = None if feature_norm is None else check_positive_float("feature_norm", feature_norm)
         self.seed = _check_int("seed", seed, 0)
 
         # Tree in breadth-first order: depth-1 items first; children of item i are contiguous.
@@ -150,9 +154,7 @@ class ConceptWorld:
         for i in range(n - 1, -1, -1):  # children come after their parent in BFS order
             for c in children[i]:
                 descendants[i].extend([c, *descendants[c]])
-        self.positive_sets = [
-            np.sort(np.asarray(d if d else [i], dtype=np.int64)) for i, d in enumerate(descendants)
-        ]
+        self.positive_sets = [np.sort(np.asarray(d if d else [i], dtype=np.int64)) for i, d in enumerate(descendants)]
 
         rng = np.random.default_rng(self.seed)
         ranks = rng.permutation(n) + 1
@@ -176,6 +178,8 @@ class ConceptWorld:
             base = feats[parents[i]] if parents[i] >= 0 else 0.0
             step = self.level_scale * self.level_decay ** (depths[i] - 1)
             feats[i] = base + step * rng.standard_normal(self.input_dim)
+        if self.feature_norm is not None:
+            feats *= self.feature_norm / np.linalg.norm(feats, axis=1, keepdims=True)
         self.features = torch.from_numpy(feats).to(torch.float32)
 
         # Padded positive table for vectorised sampling.
@@ -221,9 +225,7 @@ class ConceptWorld:
         noise = torch.randn(len(items), self.input_dim, generator=generator)
         return self.features[items] + self.view_noise * noise
 
-    def batch_source(
-        self, *, batch_size: int, seed: int, views: bool = False
-    ) -> Callable[[int], ConceptBatch]:
+    def batch_source(self, *, batch_size: int, seed: int, views: bool = False) -> Callable[[int], ConceptBatch]:
         """A batch source ``batch_at(step)`` (``docs/contracts.md``): a pure function of the step.
 
         The generator of step ``t`` is seeded with ``seed * 1_000_003 + t``.

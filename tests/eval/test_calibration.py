@@ -78,6 +78,12 @@ def test_top1_retrieval_and_softmax_search_against_naive_loops() -> None:
         e = np.exp(np.array(cos) / 0.2)
         msp = softmax_search_confidence(q, c, temperature=0.2)[i]
         assert float(msp) == pytest.approx(e.max() / e.sum(), rel=1e-6)
+    mass = softmax_search_confidence(q, c, temperature=0.2, corpus_labels=cl)
+    for i in range(6):
+        cos = np.array([float(torch.nn.functional.cosine_similarity(q[i], c[j], dim=0)) for j in range(9)])
+        e = np.exp(cos / 0.2)
+        same = (cl == cl[int(np.argmax(cos))]).numpy()
+        assert float(mass[i]) == pytest.approx(e[same].sum() / e.sum(), rel=1e-6)
     tau = norm_temperature(torch.tensor([1.0, 2.0, 4.0]), temperature=0.1, reference_norm=2.0)
     torch.testing.assert_close(tau, torch.tensor([0.2, 0.1, 0.05], dtype=torch.float64))
     per_query = softmax_search_confidence(q[:3], c, temperature=tau)

@@ -69,9 +69,7 @@ def _is_ancestor(world: ConceptWorld, i: int, j: int) -> bool:
 
 
 def test_ambiguity_mixes_partner_positives_at_the_stated_rate() -> None:
-    world = ConceptWorld(
-        branching=3, depth=2, zipf_exponent=0.0, ambiguous_fraction=1.0, max_ambiguity=0.6, seed=2
-    )
+    world = ConceptWorld(branching=3, depth=2, zipf_exponent=0.0, ambiguous_fraction=1.0, max_ambiguity=0.6, seed=2)
     assert np.all(world.ambiguity > 0) and np.all(world.ambiguity <= 0.6)
     assert np.all(world.partner != np.arange(world.n_items))
     assert np.all(world.depth_of[world.partner] == world.depth_of)
@@ -107,6 +105,15 @@ def test_features_follow_the_tree() -> None:
     sib = [float((f[i] - f[j]).norm()) for i, j in pairs if world.parent[i] == world.parent[j]]
     far = [float((f[i] - f[j]).norm()) for i, j in pairs if grand[i] != grand[j]]
     assert np.mean(sib) < np.mean(far)
+
+
+def test_feature_norm_equalises_inputs_and_keeps_the_tree() -> None:
+    plain = ConceptWorld(branching=3, depth=3, seed=4)
+    fixed = ConceptWorld(branching=3, depth=3, feature_norm=2.0, seed=4)
+    torch.testing.assert_close(fixed.features.norm(dim=1), torch.full((39,), 2.0))
+    cos = torch.nn.functional.cosine_similarity(plain.features, fixed.features, dim=1)
+    torch.testing.assert_close(cos, torch.ones(39))
+    assert plain.features[plain.is_leaf].norm(dim=1).mean() > plain.features[~plain.is_leaf].norm(dim=1).mean()
 
 
 @pytest.mark.parametrize(
