@@ -105,9 +105,7 @@ class ScaleInvariantProbe:
         rows: per-row mode (see above).
     """
 
-    def __init__(
-        self, get_params: Callable[[nn.Module], Sequence[Tensor]], model: nn.Module, *, rows: bool
-    ) -> None:
+    def __init__(self, get_params: Callable[[nn.Module], Sequence[Tensor]], model: nn.Module, *, rows: bool) -> None:
         params = list(get_params(model))
         if rows and len(params) != 1:
             raise ValueError(f"get_params must return one (n, D) parameter when rows=True, got {len(params)}")
@@ -174,9 +172,7 @@ class ItemHeatMeter:
     def attach(self, z: Tensor, items: Tensor) -> None:
         """Register the hook on ``z`` ``(B, D)`` whose rows belong to ``items`` ``(B,)``."""
         if z.ndim != 2 or items.shape != (z.shape[0],):
-            raise ValueError(
-                f"items must have shape ({z.shape[0]},) matching z's rows, got {tuple(items.shape)}"
-            )
+            raise ValueError(f"items must have shape ({z.shape[0]},) matching z's rows, got {tuple(items.shape)}")
         sq = (z.detach().double() ** 2).sum(1)
         idx = items.detach().cpu()
 
@@ -258,9 +254,7 @@ def equilibrium_sq_norm(
         raise ValueError("mean_sphere_grad_sq must be >= 0")
     denom = 1.0 - (1.0 - eta * lam) ** 2 if exact else 2.0 * eta * lam
     if denom <= 0:
-        raise ValueError(
-            f"weight_decay must satisfy 0 < lr*weight_decay < 2, got lr*weight_decay = {eta * lam}"
-        )
+        raise ValueError(f"weight_decay must satisfy 0 < lr*weight_decay < 2, got lr*weight_decay = {eta * lam}")
     return np.sqrt(eta**2 * v / denom)
 
 

@@ -173,7 +173,7 @@ def _plot_norm_histograms(sets: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]]
         ax.hist(norms[~ok], bins=bins, alpha=0.6, density=True, label=f"wrong ({(~ok).sum()})")
         ax.set_title(name, fontsize=9)
         ax.set_xlabel("‖φ(q)‖")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")

@@ -182,13 +182,15 @@ def _recursion_stats(r: dict[str, Any]) -> dict[str, float]:
     z_dot_s = tr.radial / 2 + el * tr.sq_norm[:-1]
     s_sq = tr.update_sq + el * tr.radial + el**2 * tr.sq_norm[:-1]
     radial = np.abs(2 * (1 - el) * z_dot_s)
+    with np.errstate(invalid="ignore", divide="ignore"):  # rows that did not move: 0/0, dropped below
+        cos_step = np.abs(z_dot_s) / np.sqrt(tr.sq_norm[:-1] * s_sq)
     out = {
         "one_step_max": float(res.max()),
         "one_step_median": float(np.median(res)),
         "final_rel_err_median": float(np.median(final_err)),
         "final_rel_err_max": float(final_err.max()),
         "radial_share": float(radial.sum() / max(s_sq.sum() + radial.sum(), 1e-300)),
-        "cos_step_median": float(np.nanmedian(np.abs(z_dot_s) / np.sqrt(tr.sq_norm[:-1] * s_sq))),
+        "cos_step_median": float(np.nanmedian(cos_step)),
         "cos_grad_max": float(np.nanmax(np.abs(tr.cos_grad))),
     }
     return out
@@ -196,6 +198,7 @@ def _recursion_stats(r: dict[str, Any]) -> dict[str, float]:
 
 def _plot_covariates(runs: list[dict[str, Any]], world: ConceptWorld, kind: str, path: Path) -> None:
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -216,8 +219,9 @@ def _plot_covariates(runs: list[dict[str, Any]], world: ConceptWorld, kind: str,
     for ax, (name, _) in zip(axes, covs, strict=True):
         ax.set_xlabel(name)
         ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes[0].set_ylabel("final norm / median norm")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"{'free embedding table' if kind == 'free' else 'MLP encoder'}: norm vs item properties")
     fig.tight_layout()
     with atomic_path(path) as tmp:
@@ -246,11 +250,11 @@ def _plot_recursion(runs: list[dict[str, Any]], world: ConceptWorld, path: Path)
     ax.set_xlabel("step")
     ax.set_ylabel("‖z‖ (solid measured, dotted recursion)")
     ax.set_title("SGD + decay: trajectories", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left")
     for ax, r in zip(axes[1:], free, strict=True):
         t = r["trace"]
         p = predicted_sq_norm(t.sq_norm[0], t.sphere_grad_sq, lr=r["lr"], weight_decay=r["wd"])
-        ax.loglog(np.sqrt(p[-1]), np.sqrt(t.sq_norm[-1]), "o", ms=3)
+        ax.plot(np.sqrt(p[-1]), np.sqrt(t.sq_norm[-1]), "o", ms=3)
         lo = min(np.sqrt(p[-1]).min(), np.sqrt(t.sq_norm[-1]).min())
         hi = max(np.sqrt(p[-1]).max(), np.sqrt(t.sq_norm[-1]).max())
         ax.plot([lo, hi], [lo, hi], color="0.6", ls="--", lw=1)

@@ -46,9 +46,7 @@ def test_recursion_identity_hand_built_sgd_step_exact_float64() -> None:
     predicted = r2 + eta**2 * (sphere_g**2).sum(1) / r2
     measured = (z_new**2).sum(1)
     assert torch.allclose(measured, predicted, rtol=4e-16 * 8, atol=0)
-    assert (
-        float(((z * grad).sum(1).abs() / (z.norm(dim=1) * grad.norm(dim=1).clamp_min(1e-300))).max()) < 1e-14
-    )
+    assert float(((z * grad).sum(1).abs() / (z.norm(dim=1) * grad.norm(dim=1).clamp_min(1e-300))).max()) < 1e-14
     assert measured[6] == r2[6]  # item 6 is absent: no gradient, norm unchanged
     assert torch.all(measured[:6] > r2[:6])
 
@@ -119,9 +117,7 @@ def test_probe_adam_departs_from_the_recursion() -> None:
     probe, _ = _train_table("adam", 0.0)
     tr = probe.trace()
     assert np.abs(tr.radial).max() > 1e-4  # Adam's update has a radial component
-    np.testing.assert_allclose(
-        tr.sq_norm[1:] - tr.sq_norm[:-1], tr.update_sq + tr.radial, rtol=1e-9, atol=1e-12
-    )
+    np.testing.assert_allclose(tr.sq_norm[1:] - tr.sq_norm[:-1], tr.update_sq + tr.radial, rtol=1e-9, atol=1e-12)
 
 
 def test_last_linear_layer_of_an_encoder_obeys_the_recursion() -> None:
