@@ -29,6 +29,7 @@ from contrastlab.eval.norms import (
     norm_correlations,
     one_step_residual,
     predicted_sq_norm,
+    spearman,
 )
 from contrastlab.io import atomic_path
 from contrastlab.losses import info_nce
@@ -327,9 +328,16 @@ def run(config: Config, out_dir: Path) -> dict:
     eq_err = np.abs(r_eq - sgd_wd["final"]) / sgd_wd["final"]
     relax_steps = 1.0 / (1.0 - (1.0 - sgd_wd["lr"] * sgd_wd["wd"]) ** 2)
     metrics["free_sgd_wd/equilibrium_rel_err_median"] = float(np.median(eq_err))
-    metrics["free_sgd_wd/equilibrium_spearman"] = float(
-        norm_correlations(sgd_wd["final"], {"eq": r_eq}, n_boot=10, rng=rng)["eq"][0]
-    )
+    metrics["free_sgd_wd/equilibrium_spearman"] = spearman(sgd_wd["final"], r_eq)
+
+    # Decompose the plain-SGD heat: steps in which the row had a gradient (it was an anchor or a
+    # candidate) × mean squared sphere gradient per such step.
+    sgd = next(r for r in runs if r["kind"] == "free" and r["opt"] == "sgd")
+    touched = (sgd["trace"].grad_sq > 0).sum(0)
+    per_step = sgd["heat"] / np.maximum(touched, 1)
+    metrics["free_sgd/spearman_touched_log_frequency"] = spearman(touched, covariates["log_frequency"])
+    metrics["free_sgd/spearman_heat_per_step_depth"] = spearman(per_step, covariates["depth"])
+    metrics["free_sgd/spearman_heat_per_step_ambiguity"] = spearman(per_step, covariates["ambiguity"])
 
     _plot_covariates(runs, world, "free", out_dir / "norm_vs_items_free.png")
     _plot_covariates(runs, world, "mlp", out_dir / "norm_vs_items_mlp.png")
@@ -356,7 +364,10 @@ def run(config: Config, out_dir: Path) -> dict:
         f"error {m['free_sgd_wd/equilibrium_rel_err_median']:.3f}. **Correlates of the norm (Spearman):** "
         f"free table, plain SGD: log-frequency {m['free_sgd/spearman_log_frequency']:+.2f}, depth "
         f"{m['free_sgd/spearman_depth']:+.2f}, ambiguity {m['free_sgd/spearman_ambiguity']:+.2f}, heat "
-        f"{m['free_sgd/spearman_heat']:+.2f}; MLP, Adam: log-frequency {m['mlp_adam/spearman_log_frequency']:+.2f}, "
+        f"{m['free_sgd/spearman_heat']:+.2f} (the heat decomposes into steps touched, Spearman "
+        f"{m['free_sgd/spearman_touched_log_frequency']:+.2f} with log-frequency, times the squared gradient per "
+        f"touched step, Spearman {m['free_sgd/spearman_heat_per_step_depth']:+.2f} with depth and "
+        f"{m['free_sgd/spearman_heat_per_step_ambiguity']:+.2f} with ambiguity); MLP, Adam: log-frequency {m['mlp_adam/spearman_log_frequency']:+.2f}, "
         f"depth {m['mlp_adam/spearman_depth']:+.2f}, ambiguity {m['mlp_adam/spearman_ambiguity']:+.2f}. "
         "A positive depth correlation means specific (leaf) items get larger norms; see the table for every "
         "run with 95% bootstrap intervals, and docs/norms.md for where this agrees or disagrees with the paper."
