@@ -37,7 +37,6 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    l2_normalize,
     reduce,
     resolve_inverse_temperature,
 )
@@ -74,14 +73,6 @@ def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, varian
         if symmetric:
             raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
     check_same_device(anchor=anchor, positive=positive, negatives=negatives)
-
-
-def _normalize_and_scale(x: Tensor, inv_t: Tensor | float, normalize: bool) -> Tensor:
-    """``x/‖x‖ · (1/τ)`` (``normalize``) or ``x · (1/τ)`` for rows of ``x`` (zero rows stay zero)."""
-    if not normalize:
-        return x * inv_t
-    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    return x * (inv_t / torch.where(norm > 0, norm, torch.ones_like(norm)))
 
 
 def info_nce(
@@ -141,10 +132,11 @@ def info_nce(
 
     # q = a/(‖a‖τ): normalisation and the 1/τ scaling in one (N, D) pass; 1/τ stays in the autograd
     # graph here (O(N·D)), so a learnable temperature gets its gradient on both paths.
-    q = _normalize_and_scale(anchor.to(dtype), inv_t, normalize)
+    a = anchor.to(dtype)
+    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
     k = positive.to(dtype)
     if normalize:
-        k = l2_normalize(k)
+        k = tiled.normalize_scale(k)
     pos = (q * k).sum(dim=1)  # (N,) positive logits (in-batch: the diagonal of the logit matrix)
     n = q.shape[0]
 
@@ -171,7 +163,7 @@ def info_nce(
     else:
         negs = negatives.to(dtype)
         if normalize:
-            negs = l2_normalize(negs)
+            negs = tiled.normalize_scale(negs)
         if negs.ndim == 2:
             block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk_size, budget)
             if block is None:

@@ -43,6 +43,7 @@ __all__ = [
     "dense_bytes",
     "plan_chunk_size",
     "check_chunk_size",
+    "normalize_scale",
     "dense_row_lse",
     "tiled_lse",
     "tiled_per_anchor_lse",
@@ -141,29 +142,62 @@ def _fix_diagonal(tile: Tensor, i0: int, j0: int, exclude: bool, diagonal: Tenso
 
 
 # ----------------------------------------------------------------------------------------------------
+# Normalisation and 1/τ scaling, fused
+# ----------------------------------------------------------------------------------------------------
+
+
+class _NormalizeScale(torch.autograd.Function):
+    """``y = s · x / ‖x‖`` along the last dimension, with a four-pass hand-written backward.
+
+    Autograd's graph of ``l2_normalize(x) * s`` makes about ten passes over the (N, D) data in the
+    backward (norm, where, division, product, each with its own backward); this one makes four:
+    ``∂x = (s/n) (g − x̂ (x̂·g))`` and ``∂s = Σ_i x̂_i·g_i``. A zero row stays zero and gets the gradient
+    ``s·g``, as with :func:`contrastlab.losses._common.l2_normalize`.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, scale: Tensor | float) -> Tensor:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        norm = torch.where(norm > 0, norm, torch.ones_like(norm))  # zero rows: divide by 1
+        coef = scale / norm
+        ctx.save_for_backward(x, norm, coef)
+        return x * coef
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, g: Tensor) -> tuple[Tensor, Tensor | None]:
+        x, norm, coef = ctx.saved_tensors
+        xg = (x * g).sum(dim=-1, keepdim=True)  # n · (x̂·g)
+        dx = (g * coef).addcmul_(x, -coef * xg / norm.square())
+        dscale = (xg / norm).sum() if ctx.needs_input_grad[1] else None
+        return dx, dscale
+
+
+def normalize_scale(x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
+    """``scale · x / ‖x‖`` over the last dimension (zero rows stay zero), with a lean backward.
+
+    Shape:
+        x: ``(..., D)``; ``scale``: a float or a 0-d tensor (e.g. 1/τ, differentiable); returns ``x``'s shape.
+    """
+    return _NormalizeScale.apply(x, scale)
+
+
+# ----------------------------------------------------------------------------------------------------
 # Dense path
 # ----------------------------------------------------------------------------------------------------
 
 
 class _DenseRowLSE(torch.autograd.Function):
-    """Row LSE of ``Q Kᵀ`` keeping ``exp(S − m)`` for a backward of two GEMMs."""
+    """Row LSE of ``Q Kᵀ`` keeping ``exp(S − c)`` for a backward of two GEMMs."""
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None) -> Tensor:
         n, m_cols = q.shape[0], k.shape[0]
-        e = torch.mm(q, k.T)  # (N, M): the one GEMM of the forward
-        rows = max(1, _DENSE_BLOCK_BYTES // max(1, m_cols * e.element_size()))
-        row_max = torch.empty(n, dtype=q.dtype, device=q.device)
-        row_sum = torch.empty_like(row_max)
-        for i0 in range(0, n, rows):
-            blk = e[i0 : i0 + rows]  # a view: shifted and exponentiated in place while in cache
-            _fix_diagonal(blk, i0, 0, exclude_diagonal, diagonal)
-            mx = _safe(blk.amax(dim=1))
-            blk.sub_(mx.unsqueeze(1)).exp_()
-            row_max[i0 : i0 + rows] = mx
-            row_sum[i0 : i0 + rows] = blk.sum(dim=1)
+        e = q.new_empty(n, m_cols)  # (N, M): filled block of rows by block of rows, exponentiated in cache
+        rows = max(1, _DENSE_BLOCK_BYTES // (m_cols * e.element_size()))
+        lse, row_sum = _rows_forward(q, k, rows, m_cols, exclude_diagonal, diagonal, out=e)
         ctx.save_for_backward(q, k, e, row_sum)
-        return row_max + row_sum.log()
+        return lse
 
     @staticmethod
     @once_differentiable
@@ -195,26 +229,49 @@ def dense_row_lse(q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diago
 # ----------------------------------------------------------------------------------------------------
 
 
-def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool) -> Tensor:
+def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None) -> Tensor:
     """The pre-chosen row shift ``c_i = max(S_i,ref, ū_i − 60)`` (see the module docstring)."""
     n, m_cols = q.shape[0], k.shape[0]
-    ref = torch.arange(n, device=q.device) % m_cols
-    if exclude_diagonal:
-        ref = (ref + 1) % m_cols  # the diagonal is not a candidate; its neighbour is
-    s_ref = (q * k[ref]).sum(dim=1)  # a logit of each row: a lower bound of its maximum
+    if diagonal is not None and not exclude_diagonal:
+        s_ref = diagonal  # S_ii, given: a logit of each row
+    else:
+        ref = torch.arange(n, device=q.device) % m_cols
+        if exclude_diagonal:
+            ref = (ref + 1) % m_cols  # the diagonal is not a candidate; its neighbour is
+        s_ref = (q * k[ref]).sum(dim=1)  # a logit of each row: a lower bound of its maximum
     upper = torch.linalg.vector_norm(q, dim=1) * torch.linalg.vector_norm(k, dim=1).max()
     return torch.maximum(s_ref, upper - _SHIFT_HEADROOM)
 
 
+def _tile(buf: Tensor, out: Tensor | None, i0: int, i1: int, j0: int, j1: int) -> Tensor:
+    """Where tile (i0:i1, j0:j1) is written: a slice of ``out`` (dense path) or of a reused buffer."""
+    if out is not None:
+        return out[i0:i1, j0:j1]
+    return buf[: (i1 - i0) * (j1 - j0)].view(i1 - i0, j1 - j0)
+
+
 def _online_rows(
-    q: Tensor, k: Tensor, i0: int, i1: int, block: int, exclude_diagonal: bool, diagonal: Tensor | None
+    q: Tensor,
+    k: Tensor,
+    i0: int,
+    i1: int,
+    col_block: int,
+    exclude_diagonal: bool,
+    diagonal: Tensor | None,
+    buf: Tensor,
+    out: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
-    """Exact running-max LSE sweep of rows i0..i1 over all columns; returns (max, sum)."""
-    qi = q[i0:i1]
+    """Exact running-max LSE sweep of rows i0..i1 over all columns; returns (max, sum).
+
+    With ``out`` (the dense path, one tile spanning all columns) the rows of ``out`` are left holding
+    ``exp(S − max)``.
+    """
+    m_cols = k.shape[0]
     mx = torch.full((i1 - i0,), float("-inf"), dtype=q.dtype, device=q.device)
     sm = torch.zeros_like(mx)
-    for j0 in range(0, k.shape[0], block):
-        t = torch.mm(qi, k[j0 : j0 + block].T)
+    for j0 in range(0, m_cols, col_block):
+        j1 = min(m_cols, j0 + col_block)
+        t = torch.mm(q[i0:i1], k[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
         _fix_diagonal(t, i0, j0, exclude_diagonal, diagonal)
         new = torch.maximum(mx, t.amax(dim=1))
         shift = _safe(new)
@@ -223,26 +280,43 @@ def _online_rows(
     return _safe(mx), sm
 
 
-def _rows_forward(q: Tensor, k: Tensor, block: int, exclude_diagonal: bool, diagonal: Tensor | None) -> Tensor:
+def _rows_forward(
+    q: Tensor,
+    k: Tensor,
+    row_block: int,
+    col_block: int,
+    exclude_diagonal: bool,
+    diagonal: Tensor | None,
+    out: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Row LSE by tiles with the pre-chosen shift folded into the GEMM; returns ``(lse, sum)``.
+
+    ``sum_i = Σ_j exp(S_ij − c_i)`` for the shift ``c_i`` used (``lse_i = c_i + log sum_i``). With
+    ``out`` (N × M, the dense path, ``col_block ≥ M``) the tiles are written there and kept.
+    """
     n, m_cols = q.shape[0], k.shape[0]
-    shift = _row_shift(q, k, exclude_diagonal)
+    shift = _row_shift(q, k, exclude_diagonal, diagonal)
     diag_shifted = None if diagonal is None else diagonal - shift  # the tiles hold S − c
     ones = torch.ones(m_cols, 1, dtype=q.dtype, device=q.device)
     k_aug = torch.cat([k, ones], dim=1)  # (M, D+1): [k_j, 1]
-    out = torch.empty(n, dtype=q.dtype, device=q.device)
-    for i0 in range(0, n, block):
-        i1 = min(n, i0 + block)
-        q_aug = torch.cat([q[i0:i1], -shift[i0:i1, None]], dim=1)  # [q_i, -c_i]·[k_j, 1] = S_ij - c_i
+    q_aug = torch.cat([q, -shift.unsqueeze(1)], dim=1)  # (N, D+1): [q_i, -c_i]·[k_j, 1] = S_ij - c_i
+    buf = q.new_empty(0 if out is not None else min(row_block, n) * min(col_block, m_cols))
+    lse = torch.empty(n, dtype=q.dtype, device=q.device)
+    row_sum = torch.empty_like(lse)
+    for i0 in range(0, n, row_block):
+        i1 = min(n, i0 + row_block)
         sm = torch.zeros(i1 - i0, dtype=q.dtype, device=q.device)
-        for j0 in range(0, m_cols, block):
-            t = torch.mm(q_aug, k_aug[j0 : j0 + block].T)
+        for j0 in range(0, m_cols, col_block):
+            j1 = min(m_cols, j0 + col_block)
+            t = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
             _fix_diagonal(t, i0, j0, exclude_diagonal, diag_shifted)
             sm += t.exp_().sum(dim=1)
         mx = shift[i0:i1]
         if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
-            mx, sm = _online_rows(q, k, i0, i1, block, exclude_diagonal, diagonal)
-        out[i0:i1] = mx + sm.log()
-    return out
+            mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out)
+        lse[i0:i1] = mx + sm.log()
+        row_sum[i0:i1] = sm
+    return lse, row_sum
 
 
 def _rows_cols_forward(
@@ -282,7 +356,7 @@ class _TiledLSE(torch.autograd.Function):
         if columns:
             row_lse, col_lse = _rows_cols_forward(q, k, block, exclude_diagonal, diagonal)
         else:
-            row_lse = _rows_forward(q, k, block, exclude_diagonal, diagonal)
+            row_lse = _rows_forward(q, k, block, block, exclude_diagonal, diagonal)[0]
             col_lse = q.new_empty(0)
         ctx.block, ctx.exclude_diagonal, ctx.columns = block, exclude_diagonal, columns
         ctx.save_for_backward(q, k, row_lse, col_lse)

@@ -148,7 +148,8 @@ def test_cold_temperature_with_aligned_vectors_does_not_overflow(kind, variant, 
         assert float(tiled_[0]) >= 0.0  # the positive is in the denominator: exactly >= 0
 
 
-def test_overshooting_shift_falls_back_to_exact_sweep(monkeypatch):
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_overshooting_shift_falls_back_to_exact_sweep(monkeypatch, chunk):
     # DCL at τ = 0.005 with positives aligned and negatives orthogonal: the Cauchy–Schwarz shift
     # (200 − 60) overshoots the row maxima (≈ 0) so far that exp underflows; the exact sweep must run.
     d = 8
@@ -157,7 +158,7 @@ def test_overshooting_shift_falls_back_to_exact_sweep(monkeypatch):
     calls = []
     real = tiled._online_rows
     monkeypatch.setattr(tiled, "_online_rows", lambda *args: calls.append(1) or real(*args))
-    out = info_nce(a, p, temperature=0.005, variant="dcl", chunk_size=2)
+    out = info_nce(a, p, temperature=0.005, variant="dcl", chunk_size=chunk)
     assert calls, "the fallback sweep was not used"
     ref = info_nce_loop(*to64(a, p), None, 0.005, "dcl", False, True)
     torch.testing.assert_close(out.double(), torch.tensor(ref, dtype=torch.float64).mean(), rtol=1e-5, atol=1e-5)
