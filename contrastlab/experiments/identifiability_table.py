@@ -203,6 +203,7 @@ def run(config: Config, out_dir: Path) -> dict:
         metrics[f"mcc/{g}/{s}"] = aggregate(results[(g, s)], "mcc")[0]
     total = time.perf_counter() - t0
     metrics["seconds"] = total
+    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in results.values() for r in v)
     _plot(r2, config, out_dir / "identifiability_table.png")
     parts = [
         f"{NAMES[g]}: holds {r2[(g, 'holds')][0]:.2f}, violated {r2[(g, 'violated')][0]:.2f}"
@@ -213,7 +214,9 @@ def run(config: Config, out_dir: Path) -> dict:
         f"Table 1 of Zaliaduonis et al. (2026) rerun with {config.seeds} seed(s), {config.steps} Adam steps, "
         f"batch {config.batch_size} (corrected: {config.corrected_batch_size} anchors × "
         f"{config.corrected_negatives} K(z) negatives), τ = {config.tau}, d_fixed = {config.d_fixed}; "
-        f"held-out linear R² (mean ± sd). " + "; ".join(parts) + f". Total {total:.0f} s."
+        f"held-out linear R² (mean ± sd). "
+        + "; ".join(parts)
+        + f". Total {total:.0f} s wall, {metrics['cpu_seconds']:.0f} s CPU."
     )
     return {
         "summary": summary,

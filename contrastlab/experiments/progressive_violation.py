@@ -109,12 +109,13 @@ def run(config: Config, out_dir: Path) -> dict:
     )
     metrics = {f"r2/{g}/d_fixed={m}": v[0] for (g, m), v in r2.items()}
     metrics["seconds"] = total
+    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in res.values() for r in v)
     desc = "; ".join(f"{g}: " + ", ".join(f"d_fixed {m} → {r2[(g, m)][0]:.2f}" for m in xs) for g in config.generators)
     summary = (
         f"Progressive violation on S^{config.d - 1} with {config.seeds} seed(s), {config.steps} steps, batch "
         f"{config.batch_size}: held-out R² {desc}. The paper (Linear) reports "
         + ", ".join(f"{m}: {v:.3f}" for m, v in PAPER_R2["linear"].items())
-        + f". Total {total:.0f} s."
+        + f". Total {total:.0f} s wall, {metrics['cpu_seconds']:.0f} s CPU."
     )
     return {
         "summary": summary,
