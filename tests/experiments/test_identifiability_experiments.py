@@ -27,7 +27,7 @@ def test_registered() -> None:
 def test_identifiability_table_tiny(tmp_path: Path) -> None:
     cfg = replace(
         identifiability_table.QUICK,
-        generators=("identity", "spiral"),
+        generators=("identity",),
         steps=3,
         batch_size=16,
         n_negatives=16,

@@ -34,7 +34,7 @@ def test_is_info_nce_with_per_anchor_negatives() -> None:
 def test_theorem_a4_limit_for_the_identity() -> None:
     # h = I, κ = 1/τ, eq. 6 positives, negatives uniform on K(z) (d = 3, d_fixed = 1). Per anchor,
     # lim_M (ℓ − log M) = H(P^K, Q^K) − log|K(z)| = log I_0(k) − k A(k) with k = κ r² and A = I_1/I_0.
-    tau, n, m = 0.3, 1500, 3000
+    tau, n, m = 0.3, 1000, 2000
     z, zp = sample_pairs(n, 3, 1 / tau, 1, concentration="eq6", generator=_gen(0), dtype=torch.float64)
     neg = latent_support_negatives(z, m, 1, generator=_gen(1))
     loss = support_corrected_info_nce(z, zp, neg, temperature=tau, reduction="none") - math.log(m)
