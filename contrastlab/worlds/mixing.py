@@ -169,6 +169,10 @@ class LinearMixing(Mixing):
         pinv: A⁺ = V diag(1/s) Uᵀ, float64 buffer of shape ``(d, out_dim)``.
     """
 
+    matrix: Tensor
+    pinv: Tensor
+    singular_values: Tensor
+
     def __init__(
         self,
         latent_dim: int,
@@ -500,6 +504,8 @@ class SoftInversePatchesEncoder(nn.Module):
         ``(N, dim) -> (N, dim)``.
     """
 
+    angles: Tensor
+
     def __init__(self, dim: int, *, n_slices: int = 4, beta: float = 50.0) -> None:
         super().__init__()
         self.in_dim = self.out_dim = _check_int("dim", dim, 3)
@@ -548,6 +554,7 @@ class InverseLeakyMLPEncoder(nn.Module):
         self.inv_slope = 1.0 / float(slope)
         self.layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_layers))
         for layer in self.layers:
+            assert isinstance(layer, nn.Linear)
             nn.init.orthogonal_(layer.weight)
             nn.init.zeros_(layer.bias)
 
