@@ -111,8 +111,8 @@ def _concept_world(c: Config, out_dir: Path) -> tuple[Tensor, Tensor, Tensor, Te
 
 def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], float]:
     """SimCLR-style training on the digits train split with the vision pipeline's loader, views, encoder."""
-    split = {"test_fraction": c.digits_test_fraction, "split_seed": c.seed}
-    train, test = load_digits("train", **split), load_digits("test", **split)
+    train = load_digits("train", test_fraction=c.digits_test_fraction, split_seed=c.seed)
+    test = load_digits("test", test_fraction=c.digits_test_fraction, split_seed=c.seed)
     aug = augmentation_regime(c.digits_augmentation, 8, crop_scale=(0.5, 1.0))
     batches = TwoViewBatches(train, aug, batch_size=c.digits_batch, seed=c.seed)
     with torch.random.fork_rng():
