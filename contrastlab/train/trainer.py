@@ -26,7 +26,14 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab.io import write_text_atomic
-from contrastlab.train.checkpoint import capture_rng, latest_checkpoint, restore_rng, save_checkpoint
+from contrastlab.train.checkpoint import (
+    CHECKPOINT_NAME,
+    PREVIOUS_NAME,
+    capture_rng,
+    latest_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
 from contrastlab.train.schedule import LRSchedule
@@ -295,8 +302,12 @@ def fit(
             assert metrics_path is not None
             history = _read_metrics(metrics_path, start)
             write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
-    if start == 0 and metrics_path is not None:
+    if start == 0 and out is not None and metrics_path is not None:
+        # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
+        # fallback to checkpoint.prev.pt can never land in another run
         write_text_atomic(metrics_path, "")
+        for stale in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
+            (out / stale).unlink(missing_ok=True)
 
     def checkpoint(step: int) -> None:
         if out is None:
