@@ -281,7 +281,8 @@ def fit(
     loss_count = 0
     history: list[dict[str, Any]] = []
     if resume and out is not None:
-        state = latest_checkpoint(out, map_location=device)
+        # loaded on the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest
+        state = latest_checkpoint(out, map_location="cpu")
         if state is not None:
             for key, value in identity.items():
                 saved = state.get("identity", {}).get(key)
@@ -384,8 +385,7 @@ def fit(
                     ev = run_eval(done)
                     if done == config.steps:
                         final_eval = ev
-                    row.update({f"eval/{k}": v for k, v in ev.items()})
-                    row.setdefault("step", done)
+                    row = {"step": done, **row, **{f"eval/{k}": v for k, v in ev.items()}}
                 if row:
                     history.append(row)
                     if mfile is not None:
