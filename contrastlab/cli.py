@@ -132,19 +132,15 @@ def _experiment_help(name: str) -> str:
 
 
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from contrastlab.experiments import get_experiment, list_experiments, run_experiment
+    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
     from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()
     if args.list:
         if not names:
             print("no experiments are registered")
-        for name in names:
-            try:
-                first = (get_experiment(name).__doc__ or "").strip().splitlines()
-            except Exception as e:  # a broken module should not hide the others
-                first = [f"(cannot import: {type(e).__name__}: {e})"]
-            print(f"{name:<24} {first[0] if first else ''}")
+        for name, first in describe_experiments().items():
+            print(f"{name:<24} {first}")
         return EXIT_OK
     if args.name is None:
         if args.help:
