@@ -75,9 +75,7 @@ DATASETS: dict[str, DatasetSpec] = {
             100,
             (3, 32, 32),
         ),
-        DatasetSpec(
-            "stl10", load_stl10, ("train", "test", "unlabeled"), STL10_FILES, STL10_SOURCE, 10, (3, 96, 96)
-        ),
+        DatasetSpec("stl10", load_stl10, ("train", "test", "unlabeled"), STL10_FILES, STL10_SOURCE, 10, (3, 96, 96)),
         DatasetSpec("svhn", load_svhn, ("train", "test", "extra"), SVHN_FILES, SVHN_SOURCE, 10, (3, 32, 32)),
         DatasetSpec(
             "imagenet32",

@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "list_experiments",
+    "describe_experiments",
     "get_experiment",
     "resolve_config",
     "run_experiment",
@@ -45,6 +46,23 @@ def list_experiments() -> list[str]:
     # __path__ (not this file's folder) so that a plugin or a test can extend the package's search path
     paths = list(sys.modules[_PACKAGE].__path__)
     return sorted({m.name.replace("_", "-") for m in pkgutil.iter_modules(paths) if not m.name.startswith("_")})
+
+
+def describe_experiments() -> dict[str, str]:
+    """Name → first line of the module docstring, read from the source without importing it."""
+    import ast
+
+    out: dict[str, str] = {}
+    for m in pkgutil.iter_modules(list(sys.modules[_PACKAGE].__path__)):
+        if m.name.startswith("_"):
+            continue
+        path = Path(getattr(m.module_finder, "path", "")) / f"{m.name}.py"
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        except (OSError, SyntaxError, ValueError):
+            doc = ""
+        out[m.name.replace("_", "-")] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return dict(sorted(out.items()))
 
 
 def get_experiment(name: str) -> ModuleType:

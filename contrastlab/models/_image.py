@@ -17,9 +17,7 @@ def check_image_batch(x: object, channels: int, size: int) -> Tensor:
     if not isinstance(x, Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(
-            f"x must be floating point (convert uint8 images with to_float_images), got {x.dtype}"
-        )
+        raise TypeError(f"x must be floating point (convert uint8 images with to_float_images), got {x.dtype}")
     if x.ndim != 4 or tuple(x.shape[1:]) != (channels, size, size):
         raise ValueError(f"x must have shape (B, {channels}, {size}, {size}), got {tuple(x.shape)}")
     return x

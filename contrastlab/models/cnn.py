@@ -35,9 +35,7 @@ class SmallCNN(nn.Module):
         torch.Size([5, 64])
     """
 
-    def __init__(
-        self, in_channels: int = 1, image_size: int = 8, embed_dim: int = 128, width: int = 32
-    ) -> None:
+    def __init__(self, in_channels: int = 1, image_size: int = 8, embed_dim: int = 128, width: int = 32) -> None:
         super().__init__()
         self.in_channels = check_positive_int("in_channels", in_channels)
         self.image_size = check_positive_int("image_size", image_size)

@@ -28,9 +28,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
-            )
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the block."""
@@ -61,9 +59,7 @@ class ResNet18(nn.Module):
         torch.Size([2, 64])
     """
 
-    def __init__(
-        self, in_channels: int = 3, image_size: int = 32, embed_dim: int = 512, width: int = 64
-    ) -> None:
+    def __init__(self, in_channels: int = 3, image_size: int = 32, embed_dim: int = 512, width: int = 64) -> None:
         super().__init__()
         self.in_channels = check_positive_int("in_channels", in_channels)
         self.image_size = check_positive_int("image_size", image_size)

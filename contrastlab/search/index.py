@@ -188,9 +188,7 @@ class EmbeddingIndex:
         self.ef_construction = _positive_int("ef_construction", ef_construction)
         self.device = check_choice("device", device, ("cpu", "cuda", "auto"))
         if self.device == "cuda" and not hasattr(faiss, "StandardGpuResources"):
-            raise ValueError(
-                "device='cuda' needs a faiss build with GPU support (faiss-gpu); this one is CPU-only"
-            )
+            raise ValueError("device='cuda' needs a faiss build with GPU support (faiss-gpu); this one is CPU-only")
         self._index: Any = None if kind == "ivf" else self._new_index(0)
         self._gpu_index: Any = None
         self._ids = np.empty(0, dtype=np.int64)
@@ -209,9 +207,7 @@ class EmbeddingIndex:
         if self.nlist is None:
             self.nlist = int(min(max(1, round(4 * math.sqrt(n_train))), max(1, n_train // 39)))
         if n_train < self.nlist:
-            raise ValueError(
-                f"embeddings: IVF with nlist = {self.nlist} needs at least {self.nlist} vectors to train"
-            )
+            raise ValueError(f"embeddings: IVF with nlist = {self.nlist} needs at least {self.nlist} vectors to train")
         quantizer = faiss.IndexFlatIP(self.dim)
         index = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, mt)
         index.nprobe = self._nprobe  # faiss's Python wrapper keeps `quantizer` alive with `index`
@@ -259,10 +255,7 @@ class EmbeddingIndex:
         return self.ntotal
 
     def __repr__(self) -> str:
-        return (
-            f"EmbeddingIndex(dim={self.dim}, metric={self.metric!r}, kind={self.kind!r}, "
-            f"ntotal={self.ntotal})"
-        )
+        return f"EmbeddingIndex(dim={self.dim}, metric={self.metric!r}, kind={self.kind!r}, ntotal={self.ntotal})"
 
     def _prepare(self, name: str, x: object) -> np.ndarray:
         arr = as_float32_matrix(name, x, dim=self.dim)
@@ -305,25 +298,18 @@ class EmbeddingIndex:
         """
         x = self._prepare("embeddings", embeddings)
         n = x.shape[0]
-        new_ids = (
-            np.arange(self.ntotal, self.ntotal + n, dtype=np.int64)
-            if ids is None
-            else _int_vector("ids", ids, n)
-        )
+        new_ids = np.arange(self.ntotal, self.ntotal + n, dtype=np.int64) if ids is None else _int_vector("ids", ids, n)
         all_ids = np.concatenate([self._ids, new_ids])
         uniq, counts = np.unique(all_ids, return_counts=True)
         if uniq.shape[0] != all_ids.shape[0]:
             dup = int(uniq[counts > 1][0])
             raise ValueError(
-                f"ids must be unique across the index; id {dup} occurs twice "
-                "(omitted ids default to row positions)"
+                f"ids must be unique across the index; id {dup} occurs twice (omitted ids default to row positions)"
             )
         if labels is None and self._labels is not None:
             raise ValueError("labels: the index has labels, so every add must give them")
         if labels is not None and self._labels is None and self.ntotal > 0:
-            raise ValueError(
-                "labels: the index was built without labels; give labels on every add or on none"
-            )
+            raise ValueError("labels: the index was built without labels; give labels on every add or on none")
         new_labels = None if labels is None else _int_vector("labels", labels, n)
         if self._index is None:  # IVF: train the coarse quantizer on the first batch
             self._index = self._new_index(n)
@@ -412,9 +398,7 @@ class EmbeddingIndex:
             labels=None if self._labels is None else self._labels[positions],
         )
 
-    def _drop_self(
-        self, d: np.ndarray, i: np.ndarray, excl: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _drop_self(self, d: np.ndarray, i: np.ndarray, excl: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Remove the self match (or the last hit) from ``k + 1`` results per query."""
         hit_ids = np.where(i >= 0, self._ids[np.clip(i, 0, None)], np.iinfo(np.int64).min)
         drop = hit_ids == excl[:, None]  # (q, k+1)
@@ -432,9 +416,7 @@ class EmbeddingIndex:
         """
         stop = self.ntotal if stop is None else stop
         if not 0 <= start <= stop <= self.ntotal:
-            raise ValueError(
-                f"start, stop must satisfy 0 <= start <= stop <= {self.ntotal}, got {start}, {stop}"
-            )
+            raise ValueError(f"start, stop must satisfy 0 <= start <= stop <= {self.ntotal}, got {start}, {stop}")
         if stop == start:
             return np.empty((0, self.dim), dtype=np.float32)
         return self._index.reconstruct_n(start, stop - start)
@@ -526,9 +508,7 @@ class EmbeddingIndex:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise IndexFormatError(f"{meta_path} is corrupted (not valid JSON: {e})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-            raise IndexFormatError(
-                f"{meta_path} is not an EmbeddingIndex sidecar (format field missing or wrong)"
-            )
+            raise IndexFormatError(f"{meta_path} is not an EmbeddingIndex sidecar (format field missing or wrong)")
         if meta.get("format_version") != FORMAT_VERSION:
             raise IndexFormatError(
                 f"{meta_path} has format_version {meta.get('format_version')!r}; "
@@ -569,9 +549,7 @@ class EmbeddingIndex:
         except (RuntimeError, ValueError, OSError) as e:
             raise IndexFormatError(f"path {root}: cannot read the index files ({e})") from None
         if fx.ntotal != ntotal or fx.d != index.dim or ids.shape != (ntotal,) or ids.dtype != np.int64:
-            raise IndexFormatError(
-                f"path {root}: index.faiss/ids.npy disagree with meta.json (ntotal, dim or dtype)"
-            )
+            raise IndexFormatError(f"path {root}: index.faiss/ids.npy disagree with meta.json (ntotal, dim or dtype)")
         if labels is not None and (labels.shape != (ntotal,) or labels.dtype != np.int64):
             raise IndexFormatError(f"path {root}: labels.npy disagrees with meta.json")
         index._index = fx
