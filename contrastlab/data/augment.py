@@ -257,8 +257,7 @@ class RandomResizedCrop(Augmentation):
             * width
             * (
                 self.scale[0]
-                + (self.scale[1] - self.scale[0])
-                * torch.rand(batch, n, generator=generator, dtype=torch.float64)
+                + (self.scale[1] - self.scale[0]) * torch.rand(batch, n, generator=generator, dtype=torch.float64)
             )
         )
         log_r = math.log(self.ratio[0]) + (math.log(self.ratio[1]) - math.log(self.ratio[0])) * torch.rand(
@@ -398,9 +397,7 @@ class ColorJitter(Augmentation):
                             ("saturation", saturation, math.inf), ("hue", hue, 0.5)):  # fmt: skip
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= hi:
                 raise ValueError(f"{name} must be a number in [0, {hi}], got {v!r}")
-        self.brightness, self.contrast, self.saturation, self.hue = map(
-            float, (brightness, contrast, saturation, hue)
-        )
+        self.brightness, self.contrast, self.saturation, self.hue = map(float, (brightness, contrast, saturation, hue))
 
     def _sample(self, batch: int, height: int, width: int, generator: torch.Generator) -> Params:
         u = torch.rand(batch, 4, generator=generator)
@@ -465,26 +462,17 @@ class GaussianBlur(Augmentation):
         p: probability per sample (SimCLR: 0.5).
     """
 
-    def __init__(
-        self, kernel_size: int | None = None, sigma: tuple[float, float] = (0.1, 2.0), p: float = 0.5
-    ) -> None:
+    def __init__(self, kernel_size: int | None = None, sigma: tuple[float, float] = (0.1, 2.0), p: float = 0.5) -> None:
         super().__init__(p)
         if kernel_size is not None and (
-            isinstance(kernel_size, bool)
-            or not isinstance(kernel_size, int)
-            or kernel_size < 1
-            or kernel_size % 2 == 0
+            isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0
         ):
             raise ValueError(f"kernel_size must be None or an odd positive int, got {kernel_size!r}")
         self.kernel_size = kernel_size
         self.sigma = _check_range("sigma", sigma, low=0.0)
 
     def _kernel_size(self, height: int, width: int) -> int:
-        k = (
-            self.kernel_size
-            if self.kernel_size is not None
-            else max(3, int(0.1 * min(height, width)) // 2 * 2 + 1)
-        )
+        k = self.kernel_size if self.kernel_size is not None else max(3, int(0.1 * min(height, width)) // 2 * 2 + 1)
         limit = 2 * (min(height, width) - 1) + 1  # reflect padding needs pad < side
         return max(1, min(k, limit))
 
@@ -524,9 +512,7 @@ class Cutout(Augmentation):
         inside: keep the square inside the image.
     """
 
-    def __init__(
-        self, size: int | float = 0.25, p: float = 0.5, fill: float = 0.0, inside: bool = False
-    ) -> None:
+    def __init__(self, size: int | float = 0.25, p: float = 0.5, fill: float = 0.0, inside: bool = False) -> None:
         super().__init__(p)
         if (
             isinstance(size, bool)
@@ -534,9 +520,7 @@ class Cutout(Augmentation):
             or size < 0
             or (isinstance(size, float) and size > 1)
         ):
-            raise ValueError(
-                f"size must be an int >= 0 (pixels) or a float in [0, 1] (fraction), got {size!r}"
-            )
+            raise ValueError(f"size must be an int >= 0 (pixels) or a float in [0, 1] (fraction), got {size!r}")
         self.size, self.fill, self.inside = size, float(fill), bool(inside)
 
     def side(self, height: int, width: int) -> int:
@@ -584,9 +568,7 @@ class Normalize(Augmentation):
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__(1.0)
         if len(mean) != len(std) or not len(mean):
-            raise ValueError(
-                f"mean and std must have the same non-zero length, got {len(mean)} and {len(std)}"
-            )
+            raise ValueError(f"mean and std must have the same non-zero length, got {len(mean)} and {len(std)}")
         if any(s <= 0 for s in std):
             raise ValueError(f"std must be positive, got {tuple(std)}")
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
@@ -612,9 +594,7 @@ def _colour_and_corruption_ops(image_size: int, strength: float) -> list[Augment
     ]
 
 
-def simclr_all(
-    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
-) -> Compose:
+def simclr_all(image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5) -> Compose:
     """The *All* regime: random resized crop, flip, colour jitter, grayscale, blur and cutout.
 
     SimCLR's pipeline (Chen et al. 2020, appendix A: jitter strength ``s`` with brightness/contrast/
@@ -630,9 +610,7 @@ def simclr_all(
                     *_colour_and_corruption_ops(image_size, strength)])  # fmt: skip
 
 
-def crop_only(
-    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
-) -> Compose:
+def crop_only(image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5) -> Compose:
     """The *Crop only* regime: a random resized crop and nothing else (colour statistics untouched).
 
     ``strength`` is accepted for a uniform regime signature and has no effect.

@@ -57,9 +57,7 @@ def load_stl10(root: str | Path, split: str = "train") -> ImageDataset:
     else:
         labels = np.fromfile(root / files[1], dtype=np.uint8).astype(np.int64) - 1  # 1..10 -> 0..9
         if labels.shape[0] != images.shape[0]:
-            raise ValueError(
-                f"root: {root / files[1]} has {labels.shape[0]} labels for {images.shape[0]} images"
-            )
+            raise ValueError(f"root: {root / files[1]} has {labels.shape[0]} labels for {images.shape[0]} images")
     names_file = root / STL10_DIR / "class_names.txt"
     classes = (
         tuple(line.strip() for line in names_file.read_text().splitlines() if line.strip())
