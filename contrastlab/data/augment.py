@@ -135,7 +135,7 @@ class Augmentation:
         out_h, out_w = self.out_size(x.shape[2], x.shape[3])
         if (out_h, out_w) != tuple(x.shape[2:]):  # size-changing ops transform every sample
             if not bool(mask.all()):
-                raise ValueError(f"{type(self).__name__} changes the image size, so its p must be 1")
+                raise ValueError(f"p must be 1 for {type(self).__name__}: it changes the image size")
             return self._apply(x, {k: v.to(x.device) for k, v in params.items()})
         out = x.clone()
         if bool(mask.any()):
@@ -180,8 +180,6 @@ class Compose(Augmentation):
         if not all(isinstance(op, Augmentation) for op in ops):
             raise TypeError(f"ops must be a sequence of Augmentation, got {[type(o).__name__ for o in ops]}")
         self.ops = tuple(ops)
-        if self.p < 1.0 and any(op.out_size(64, 64) != (64, 64) for op in self.ops):
-            raise ValueError("p must be 1 for a Compose containing a size-changing op (a crop to a new size)")
 
     def out_size(self, height: int, width: int) -> tuple[int, int]:
         """The output size after every op."""
@@ -205,12 +203,24 @@ class Compose(Augmentation):
         return {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
-        """Apply the ops in order to the samples the chain's mask selects."""
+        """Apply the ops in order to the samples the chain's mask selects.
+
+        Raises:
+            ValueError: the chain skips some samples (``p < 1``) and an op changes the image size, so the
+                skipped samples would not fit in one batch.
+        """
         x = _check_images(x)
         chain = params["apply"]
         for i, op in enumerate(self.ops):
             p = self.op_params(params, i)
-            p["apply"] = p["apply"] & chain if op.out_size(*x.shape[2:]) == tuple(x.shape[2:]) else p["apply"]
+            size = tuple(x.shape[2:])
+            if op.out_size(*size) == size:
+                p["apply"] = p["apply"] & chain
+            elif not bool(chain.all()):
+                raise ValueError(
+                    f"p must be 1 for a Compose whose op {type(op).__name__} changes the image size "
+                    f"({size} -> {op.out_size(*size)}), else skipped samples would keep the old size"
+                )
             x = op.apply(x, p)
         return x
 
