@@ -17,3 +17,7 @@ __all__ = [
     "supcon",
     "uniformity",
 ]
+
+from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce  # noqa: E402
+
+__all__ += ["SupportCorrectedInfoNCELoss", "support_corrected_info_nce"]
