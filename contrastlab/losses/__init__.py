@@ -1,1 +1,19 @@
-"""contrastlab.losses."""
+"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, alignment/uniformity, learnable temperature."""
+
+from contrastlab.losses.alignment_uniformity import alignment, uniformity
+from contrastlab.losses.info_nce import InfoNCELoss, info_nce
+from contrastlab.losses.nt_xent import NTXentLoss, nt_xent
+from contrastlab.losses.supcon import SupConLoss, supcon
+from contrastlab.losses.temperature import LearnableTemperature
+
+__all__ = [
+    "InfoNCELoss",
+    "LearnableTemperature",
+    "NTXentLoss",
+    "SupConLoss",
+    "alignment",
+    "info_nce",
+    "nt_xent",
+    "supcon",
+    "uniformity",
+]

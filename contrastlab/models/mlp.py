@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
 from torch import Tensor, nn
 
 __all__ = ["MLP"]
@@ -46,7 +45,11 @@ class MLP(nn.Module):
         bias: bool = True,
     ) -> None:
         super().__init__()
-        for name, v in (("in_dim", in_dim), ("out_dim", out_dim), *((f"hidden[{i}]", h) for i, h in enumerate(hidden))):
+        for name, v in (
+            ("in_dim", in_dim),
+            ("out_dim", out_dim),
+            *((f"hidden[{i}]", h) for i, h in enumerate(hidden)),
+        ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         acts = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2), "gelu": nn.GELU}
@@ -69,5 +72,3 @@ class MLP(nn.Module):
         if x.ndim != 2 or x.shape[1] != self.in_dim:
             raise ValueError(f"x must have shape (N, {self.in_dim}), got {tuple(x.shape)}")
         return self.net(x)
-
-

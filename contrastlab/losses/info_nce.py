@@ -1,0 +1,211 @@
+"""InfoNCE and its decoupled variant (DCL) with in-batch, shared or per-anchor negatives.
+
+For anchor a_i with positive p_i and candidate negatives n_ij (j = 1..K) the per-anchor loss is
+
+    ℓ_i = −s(a_i, p_i)/τ + log( [exp(s(a_i, p_i)/τ)] + Σ_j exp(s(a_i, n_ij)/τ) )
+
+where s is the cosine similarity (``normalize=True``) or the dot product (``normalize=False``), and
+the bracketed positive term is present for ``variant="infonce"`` (van den Oord et al. 2018, CPC,
+eq. 4; Whiteley 2026, eq. 1 up to its constant −log k) and absent for ``variant="dcl"`` (decoupled
+contrastive learning, Yeh et al. 2022, eq. 6; Whiteley's R̃ of eq. 11).
+
+Negatives:
+    * ``None`` — in-batch: anchor i's negatives are the other rows' positives p_j (j ≠ i), so the
+      logits are the N × N matrix a pᵀ/τ with positives on the diagonal (CLIP/MoCo-style).
+      ``symmetric=True`` averages this with the transposed direction (positive p_i as the anchor
+      against all a_j), as in CLIP.
+    * ``(M, D)`` — shared: every anchor is contrasted with the same M negatives (a queue, a fresh
+      batch from the data distribution).
+    * ``(N, K, D)`` — per anchor: K negatives of its own (Whiteley's tuples, support-corrected
+      negatives).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from contrastlab._checks import (
+    check_choice,
+    check_embeddings,
+    check_positive_float,
+    check_same_device,
+    compute_dtype,
+)
+from contrastlab.losses._common import (
+    REDUCTIONS,
+    TemperatureLike,
+    check_finite_loss,
+    l2_normalize,
+    reduce,
+    resolve_inverse_temperature,
+)
+
+__all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
+
+VARIANTS = ("infonce", "dcl")
+
+
+def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> None:
+    check_embeddings("anchor", anchor, ndim=2)
+    check_embeddings("positive", positive, ndim=2)
+    if positive.shape != anchor.shape:
+        raise ValueError(
+            f"positive must have the same shape as anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
+        )
+    check_choice("variant", variant, VARIANTS)
+    if not isinstance(symmetric, bool):
+        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+    n, d = anchor.shape
+    if negatives is None:
+        if variant == "dcl" and n < 2:
+            raise ValueError("anchor: variant='dcl' with in-batch negatives needs N >= 2 (N = 1 has no negatives)")
+    else:
+        if not isinstance(negatives, Tensor):
+            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
+        if negatives.ndim not in (2, 3):
+            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
+        check_embeddings("negatives", negatives, ndim=negatives.ndim)
+        if negatives.shape[-1] != d:
+            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
+        if negatives.ndim == 3 and negatives.shape[0] != n:
+            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
+        if symmetric:
+            raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
+    check_same_device(anchor=anchor, positive=positive, negatives=negatives)
+
+
+def info_nce(
+    anchor: Tensor,
+    positive: Tensor,
+    negatives: Tensor | None = None,
+    *,
+    temperature: TemperatureLike = 0.1,
+    variant: str = "infonce",
+    symmetric: bool = False,
+    normalize: bool = True,
+    reduction: str = "mean",
+) -> Tensor:
+    """InfoNCE / DCL loss of anchors against their positives and negatives.
+
+    Args:
+        anchor: anchor embeddings. Shape ``(N, D)``.
+        positive: positive embeddings, row i paired with anchor i. Shape ``(N, D)``.
+        negatives: ``None`` for in-batch negatives, shared negatives of shape ``(M, D)``, or
+            per-anchor negatives of shape ``(N, K, D)``.
+        temperature: τ > 0: a float, a 0-d tensor, or a module returning one (``LearnableTemperature``).
+        variant: ``"infonce"`` (positive in the denominator) or ``"dcl"`` (positive left out).
+        symmetric: average both directions (anchor→positive and positive→anchor); in-batch only.
+        normalize: L2-normalise rows first (cosine similarity); ``False`` uses raw dot products.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses of shape ``(N,)``).
+
+    Returns:
+        The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
+        ``reduction="none"``. Half-precision inputs are computed in float32.
+
+    Raises:
+        TypeError: non-tensor or non-floating inputs, non-bool ``symmetric``.
+        ValueError: shape mismatch, empty inputs, NaN/Inf, τ ≤ 0, unknown variant/reduction, inputs
+            on different devices, or similarities that overflow with ``normalize=False``.
+
+    Examples:
+        >>> a, p = torch.randn(8, 16), torch.randn(8, 16)
+        >>> info_nce(a, p, temperature=0.1).shape
+        torch.Size([])
+        >>> info_nce(a, p, torch.randn(8, 5, 16), variant="dcl", reduction="none").shape
+        torch.Size([8])
+    """
+    _validate(anchor, positive, negatives, variant, symmetric)
+    check_choice("reduction", reduction, REDUCTIONS)
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
+    inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
+
+    a = anchor.to(dtype)
+    p = positive.to(dtype)
+    if normalize:
+        a, p = l2_normalize(a), l2_normalize(p)
+    # The 1/τ scaling goes on the (N, D) anchor, not on the N×K logits: one fewer full-size pass.
+    a_s = a * inv_t
+
+    if negatives is None:
+        logits = a_s @ p.T  # (N, N): row i = anchor i against every positive; diagonal = positives
+        pos = logits.diagonal()
+        if variant == "dcl":
+            eye = torch.eye(logits.shape[0], dtype=torch.bool, device=logits.device)
+            masked = logits.masked_fill(eye, float("-inf"))
+            loss = torch.logsumexp(masked, dim=1) - pos
+            if symmetric:
+                loss = 0.5 * (loss + torch.logsumexp(masked, dim=0) - pos)
+        else:
+            loss = torch.logsumexp(logits, dim=1) - pos
+            if symmetric:
+                # Column j = positive j as the anchor against every a_i (the transposed direction).
+                loss = 0.5 * (loss + torch.logsumexp(logits, dim=0) - pos)
+    else:
+        n_ = negatives.to(dtype)
+        if normalize:
+            n_ = l2_normalize(n_)
+        pos = (a_s * p).sum(dim=1)  # (N,)
+        if n_.ndim == 2:
+            neg = a_s @ n_.T  # (N, M)
+        else:
+            neg = torch.bmm(n_, a_s.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
+        neg_lse = torch.logsumexp(neg, dim=1)
+        loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
+
+    out = reduce(loss, reduction)
+    return check_finite_loss(out, "anchor/positive/negatives")
+
+
+class InfoNCELoss(nn.Module):
+    """Module form of :func:`info_nce`; hyperparameters are validated at construction.
+
+    A ``LearnableTemperature`` passed as ``temperature`` is registered as a submodule, so its
+    parameter is trained with the model's when the loss's parameters are given to the optimiser.
+
+    Examples:
+        >>> loss_fn = InfoNCELoss(temperature=0.2, variant="dcl")
+        >>> loss_fn(torch.randn(4, 8), torch.randn(4, 8)).ndim
+        0
+    """
+
+    def __init__(
+        self,
+        temperature: TemperatureLike = 0.1,
+        variant: str = "infonce",
+        symmetric: bool = False,
+        normalize: bool = True,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        if not isinstance(temperature, (nn.Module, Tensor)):
+            temperature = check_positive_float("temperature", temperature)
+        self.temperature = temperature
+        self.variant = check_choice("variant", variant, VARIANTS)
+        if not isinstance(symmetric, bool):
+            raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+        if not isinstance(normalize, bool):
+            raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+        self.symmetric = symmetric
+        self.normalize = normalize
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+
+    def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
+        """Compute the loss; see :func:`info_nce` for shapes."""
+        return info_nce(
+            anchor,
+            positive,
+            negatives,
+            temperature=self.temperature,
+            variant=self.variant,
+            symmetric=self.symmetric,
+            normalize=self.normalize,
+            reduction=self.reduction,
+        )
+
+    def extra_repr(self) -> str:
+        """Hyperparameters shown in ``repr``."""
+        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        return f"temperature={t}, variant={self.variant!r}, symmetric={self.symmetric}, normalize={self.normalize}"
