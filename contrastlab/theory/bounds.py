@@ -194,13 +194,7 @@ def b_tau(anchor: Tensor, positive: Tensor, negatives: Tensor, *, temperature: f
 def lemma1_lipschitz(temperature: float, b_tau_value: float, c_phi: float) -> float:
     """Lemma 1: ρ_n^info(φ_θ, φ_θ') <= (4e/τ) B_τ C_Φ ‖θ − θ'‖; returns the constant (4e/τ) B_τ C_Φ."""
     tau = check_positive_float("temperature", temperature)
-    return (
-        4.0
-        * math.e
-        / tau
-        * check_positive_float("b_tau_value", b_tau_value)
-        * check_positive_float("c_phi", c_phi)
-    )
+    return 4.0 * math.e / tau * check_positive_float("b_tau_value", b_tau_value) * check_positive_float("c_phi", c_phi)
 
 
 def rademacher_bound(
@@ -208,7 +202,8 @@ def rademacher_bound(
 ) -> float:
     """Proposition 5: the bound on the empirical Rademacher complexity of the InfoNCE loss class.
 
-    (96/τ) √(d_Θ/n) · min{a√(log 3 + 1), √(log(1+2a) + 1)}, a = e R B_τ C_Φ. k enters only through B_τ, so the bound stabilises as k grows.
+    (96/τ) √(d_Θ/n) · min{a√(log 3 + 1), √(log(1+2a) + 1)}, a = e R B_τ C_Φ.
+    k enters only through B_τ, so the bound stabilises as k grows.
 
     Args:
         temperature: τ > 0.
@@ -225,10 +220,7 @@ def rademacher_bound(
     r = check_positive_float("radius", radius, allow_zero=True)
     a = math.e * r * check_positive_float("b_tau_value", b_tau_value) * check_positive_float("c_phi", c_phi)
     return (
-        96.0
-        / tau
-        * math.sqrt(d_theta / n)
-        * min(a * math.sqrt(math.log(3.0) + 1.0), math.sqrt(math.log1p(2 * a) + 1))
+        96.0 / tau * math.sqrt(d_theta / n) * min(a * math.sqrt(math.log(3.0) + 1.0), math.sqrt(math.log1p(2 * a) + 1))
     )
 
 

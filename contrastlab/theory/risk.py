@@ -103,9 +103,7 @@ def embed(encoder: Encoder, x: Tensor, *, chunk: int = 65536) -> Tensor:
             xi = flat[i : i + chunk]
             e = encoder(xi)
             if not isinstance(e, Tensor) or e.ndim != 2 or e.shape[0] != xi.shape[0]:
-                raise ValueError(
-                    f"encoder must return a tensor of shape (N, D), got {getattr(e, 'shape', type(e))}"
-                )
+                raise ValueError(f"encoder must return a tensor of shape (N, D), got {getattr(e, 'shape', type(e))}")
             outs.append(e.detach().to(torch.float64).cpu())
     out = torch.cat(outs) if outs else torch.empty(0, 1, dtype=torch.float64)
     norms = out.norm(dim=1, keepdim=True)
@@ -143,20 +141,14 @@ def tuple_loss(
     check_embeddings("anchor", anchor, ndim=2)
     check_embeddings("positive", positive, ndim=2)
     if not isinstance(negatives, Tensor) or negatives.ndim not in (2, 3):
-        raise ValueError(
-            f"negatives must have shape (N, k, D) or (k, D), got {getattr(negatives, 'shape', None)}"
-        )
+        raise ValueError(f"negatives must have shape (N, k, D) or (k, D), got {getattr(negatives, 'shape', None)}")
     check_embeddings("negatives", negatives, ndim=negatives.ndim)
     tau = check_positive_float("temperature", temperature)
     check_choice("variant", variant, ("infonce", "dcl"))
     if positive.shape != anchor.shape:
         raise ValueError(f"positive must have shape {tuple(anchor.shape)}, got {tuple(positive.shape)}")
-    if negatives.shape[-1] != anchor.shape[1] or (
-        negatives.ndim == 3 and negatives.shape[0] != anchor.shape[0]
-    ):
-        raise ValueError(
-            f"negatives must be (N, k, D) or (k, D) with N={anchor.shape[0]}, D={anchor.shape[1]}"
-        )
+    if negatives.shape[-1] != anchor.shape[1] or (negatives.ndim == 3 and negatives.shape[0] != anchor.shape[0]):
+        raise ValueError(f"negatives must be (N, k, D) or (k, D) with N={anchor.shape[0]}, D={anchor.shape[1]}")
     if normalize:
         anchor = torch.nn.functional.normalize(anchor, dim=-1)
         positive = torch.nn.functional.normalize(positive, dim=-1)

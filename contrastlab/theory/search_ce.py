@@ -195,9 +195,7 @@ def population_ce(
     xr, _ = world.sample(m_ref, generator=generator)
     phi_ref = embed(encoder, xr)
     zq = world.sample_latents(n_queries, generator=generator)
-    zp = world.sample_positive_latents(
-        zq[:, None, :].expand(-1, n_positives, -1).contiguous(), generator=generator
-    )
+    zp = world.sample_positive_latents(zq[:, None, :].expand(-1, n_positives, -1).contiguous(), generator=generator)
     phi_q, phi_p = embed(encoder, world.mix(zq)), embed(encoder, world.mix(zp))
     align = (phi_q[:, None, :] * phi_p).sum(-1).mean(1) / tau  # (Q,)
     return mc_estimate(-align + log_partition(phi_q, phi_ref, temperature=tau))
@@ -236,16 +234,25 @@ def empirical_search_ce(
     return mc_estimate(torch.stack(means))
 
 
-def _log_mean_exp_debiased(s: Tensor) -> Tensor:
-    """Log of the mean of e^{s} over the last dim, with the delta-method bias correction.
+def _reference_terms(s_ref: Tensor, log_ratio: Tensor) -> tuple[Tensor, Tensor]:
+    """Debiased log-mean-exp of ``s_ref`` and the importance-sampling mean of ``s_ref`` under the ratio.
 
-    E log Ẑ = log Z − Var(e^s)/(2 m Z²) + O(1/m²); adding the plug-in estimate of that term leaves a
-    bias of O(1/m²), so a modest fresh reference per group suffices.
+    Shape:
+        ``s_ref``, ``log_ratio``: (..., m) → two tensors of shape (...).
+
+    Returns:
+        ``(log_z, align)``: log (1/m) Σ e^{s} plus the delta-method correction Var(e^s)/(2 m Z²) (E log Ẑ =
+        log Z − Var(e^s)/(2 m Z²) + O(1/m²), so the residual bias is O(1/m²)), and (1/m) Σ r s, unbiased
+        for E_M s because the ratio r = dM/dπ is exact, constant included.
     """
-    m = s.shape[-1]
-    lme = torch.logsumexp(s, dim=-1) - math.log(m)
-    rel_var = torch.expm1(torch.logsumexp(2.0 * s, dim=-1) - math.log(m) - 2.0 * lme)
-    return lme + rel_var / (2.0 * m)
+    m = s_ref.shape[-1]
+    mx = s_ref.amax(dim=-1, keepdim=True)
+    e = torch.exp(s_ref - mx)
+    z = e.mean(-1)
+    rel_var = (e * e).mean(-1) / (z * z) - 1.0
+    log_z = torch.log(z) + mx.squeeze(-1) + rel_var / (2.0 * m)
+    align = (torch.exp(log_ratio) * s_ref).mean(-1)
+    return log_z, align
 
 
 def k_gap_estimates(
@@ -331,11 +338,8 @@ def k_gap_estimates(
         s_neg = torch.einsum("bgd,bkd->bgk", phi_a, phi_n) / tau  # (b, G, k_max)
         log_w = kappa * torch.einsum("bgd,bkd->bgk", za, zn)  # (b, G, k_max): log dM/dπ up to a constant
         s_ref = torch.einsum("bgd,bmd->bgm", phi_a, phi_r) / tau  # (b, G, m_ref)
-        log_z = _log_mean_exp_debiased(s_ref)  # (b, G)
-        ratio_ref = torch.exp(
-            torch.stack([world.log_density_ratio(za[i], zr[i]) for i in range(b)])
-        )  # (b, G, m_ref)
-        align = (ratio_ref * s_ref).mean(-1)  # (b, G): unbiased for E_M ⟨φ(z), φ(z')⟩/τ
+        log_ratio = torch.stack([world.log_density_ratio(za[i], zr[i]) for i in range(b)])  # (b, G, m_ref)
+        log_z, align = _reference_terms(s_ref, log_ratio)  # (b, G) each; align ≈ E_M ⟨φ(z), φ(z')⟩/τ
         pop = -align + log_z
         for k in ks:
             sk = s_neg[..., :k]

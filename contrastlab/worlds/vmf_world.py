@@ -108,11 +108,27 @@ class SphereWorld:
         if self.mixing is not None and not callable(self.mixing):
             raise TypeError(f"mixing must be callable (N, d) -> (N, d_in), got {type(self.mixing).__name__}")
         if self.inverse is not None and not callable(self.inverse):
-            raise TypeError(
-                f"inverse must be callable (N, d_in) -> (N, d), got {type(self.inverse).__name__}"
-            )
+            raise TypeError(f"inverse must be callable (N, d_in) -> (N, d), got {type(self.inverse).__name__}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise TypeError(f"seed must be an int, got {type(self.seed).__name__}")
+
+    @classmethod
+    def from_mixing(
+        cls, name: str, *, d: int = 3, kappa: float = 10.0 / 3.0, seed: int = 0, dtype: torch.dtype = torch.float32
+    ) -> SphereWorld:
+        """A world whose g is ``contrastlab.worlds.mixing.make_mixing(name, d, seed)`` (with its inverse).
+
+        Args:
+            name: "identity", "linear", "spiral", "patches" or "mlp" (cl-ica's invertible leaky-ReLU MLP).
+            d: latent dimension.
+            kappa: concentration of the positive generator.
+            seed: seeds both the mixing's parameters and :meth:`generator`.
+            dtype: dtype of the observations.
+        """
+        from contrastlab.worlds.mixing import make_mixing
+
+        g = make_mixing(name, d, seed)
+        return cls(d=d, kappa=kappa, mixing=g, inverse=g.inverse, seed=seed, dtype=dtype)
 
     # ---- randomness -------------------------------------------------------------------------------
     def generator(self, stream: int = 0) -> torch.Generator:
@@ -128,9 +144,7 @@ class SphereWorld:
         with torch.no_grad():
             x = g(flat)
         if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[0] != flat.shape[0]:
-            raise ValueError(
-                f"mixing must map (N, {self.d}) to (N, d_in), got {getattr(x, 'shape', type(x))}"
-            )
+            raise ValueError(f"mixing must map (N, {self.d}) to (N, d_in), got {getattr(x, 'shape', type(x))}")
         return x.to(self.dtype).reshape(*lead, x.shape[1])
 
     def unmix(self, x: Tensor) -> Tensor:
