@@ -26,7 +26,14 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab.io import write_text_atomic
-from contrastlab.train.checkpoint import capture_rng, latest_checkpoint, restore_rng, save_checkpoint
+from contrastlab.train.checkpoint import (
+    CHECKPOINT_NAME,
+    PREVIOUS_NAME,
+    capture_rng,
+    latest_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
 from contrastlab.train.schedule import LRSchedule
@@ -274,7 +281,8 @@ def fit(
     loss_count = 0
     history: list[dict[str, Any]] = []
     if resume and out is not None:
-        state = latest_checkpoint(out, map_location=device)
+        # loaded on the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest
+        state = latest_checkpoint(out, map_location="cpu")
         if state is not None:
             for key, value in identity.items():
                 saved = state.get("identity", {}).get(key)
@@ -295,8 +303,12 @@ def fit(
             assert metrics_path is not None
             history = _read_metrics(metrics_path, start)
             write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
-    if start == 0 and metrics_path is not None:
+    if start == 0 and out is not None and metrics_path is not None:
+        # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
+        # fallback to checkpoint.prev.pt can never land in another run
         write_text_atomic(metrics_path, "")
+        for stale in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
+            (out / stale).unlink(missing_ok=True)
 
     def checkpoint(step: int) -> None:
         if out is None:
@@ -361,9 +373,7 @@ def fit(
                 if done % config.log_every == 0 or done == config.steps:
                     mean_loss = float(loss_sum) / loss_count
                     if not math.isfinite(mean_loss):
-                        raise FloatingPointError(
-                            f"loss is {mean_loss} at step {done}; lower optim.lr or use fp32"
-                        )
+                        raise FloatingPointError(f"loss is {mean_loss} at step {done}; lower optim.lr or use fp32")
                     row = {"step": done, "loss": mean_loss, "lr": lr}
                     if grad_norm is not None:
                         row["grad_norm"] = float(grad_norm)
@@ -375,8 +385,7 @@ def fit(
                     ev = run_eval(done)
                     if done == config.steps:
                         final_eval = ev
-                    row.update({f"eval/{k}": v for k, v in ev.items()})
-                    row.setdefault("step", done)
+                    row = {"step": done, **row, **{f"eval/{k}": v for k, v in ev.items()}}
                 if row:
                     history.append(row)
                     if mfile is not None:

@@ -412,9 +412,7 @@ def make_mixing(
     elif name == "patches":
         m = PatchesMixing(latent_dim, seed=seed, n_slices=n_slices)
     else:
-        m = LeakyMLPMixing(
-            latent_dim, seed=seed, n_layers=n_layers, slope=slope, singular_range=singular_range
-        )
+        m = LeakyMLPMixing(latent_dim, seed=seed, n_layers=n_layers, slope=slope, singular_range=singular_range)
     return m.requires_grad_(False).eval()
 
 
