@@ -53,13 +53,13 @@ class Config:
     """mixing map g: identity, linear, spiral, patches or mlp (cl-ica invertible leaky-ReLU MLP)"""
     k_max: int = 1024
     """largest k; k runs over the powers of two up to it"""
-    n_groups: int = 1024
+    n_groups: int = 512
     """i.i.d. groups of the paired estimator (standard errors are over groups)"""
     group_size: int = 64
     """anchors per group (they share the group's negatives / corpus)"""
     n_positives: int = 8
     """positives per anchor"""
-    m_ref: int = 16384
+    m_ref: int = 8192
     """fresh reference sample per group for log Z_τ^φ and E_M⟨φ, φ'⟩"""
     embed_dim: int = 8
     """output dimension of the MLP encoders"""

@@ -90,10 +90,7 @@ def test_b_tau_and_generalisation_terms() -> None:
     assert lemma1_lipschitz(0.5, 2.0, 3.0) == pytest.approx(4 * math.e / 0.5 * 6)
     aa = math.e * 1.5 * 2.0 * 0.1
     expected = (
-        96
-        / 0.5
-        * math.sqrt(100 / 1000)
-        * min(aa * math.sqrt(math.log(3) + 1), math.sqrt(math.log(1 + 2 * aa) + 1))
+        96 / 0.5 * math.sqrt(100 / 1000) * min(aa * math.sqrt(math.log(3) + 1), math.sqrt(math.log(1 + 2 * aa) + 1))
     )
     assert rademacher_bound(0.5, 100, 1000, 1.5, 2.0, 0.1) == pytest.approx(expected)
     assert concentration_term(0.5, 1000, 0.05) == pytest.approx(24 * math.sqrt(math.log(40) / 2000))

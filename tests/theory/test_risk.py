@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from contrastlab.models import MLP
 from contrastlab.theory.bounds import dcl_population_bounds, prop1_bounds
 from contrastlab.theory.risk import embed, empirical_risk, infonce_risk, tuple_loss
 from contrastlab.theory.search_ce import ground_truth_population_ce
@@ -78,9 +79,7 @@ def test_mc_risk_of_ground_truth_within_prop1(k: int) -> None:
     r = infonce_risk(phi, world, k, temperature=tau, n=20_000, generator=world.generator(k))
     lo, hi = prop1_bounds(k, tau)
     assert lo - 4 * r.se <= pop - r.mean <= hi + 4 * r.se
-    r_dcl = infonce_risk(
-        phi, world, k, temperature=tau, variant="dcl", n=20_000, generator=world.generator(k)
-    )
+    r_dcl = infonce_risk(phi, world, k, temperature=tau, variant="dcl", n=20_000, generator=world.generator(k))
     lo, hi = dcl_population_bounds(k, tau)
     assert lo - 4 * r_dcl.se <= pop - r_dcl.mean <= hi + 4 * r_dcl.se
 
@@ -93,3 +92,16 @@ def test_empirical_risk_on_fixed_tuples_equals_mean_tuple_loss() -> None:
     direct = tuple_loss(t.anchor_latent, t.positive_latent, t.negatives_latent, temperature=0.5).mean()
     assert est.mean == pytest.approx(float(direct), abs=1e-6)
     assert est.n == 50
+
+
+def test_grouped_risk_estimate_agrees_with_iid() -> None:
+    # Groups sharing one negative set are still unbiased for R; compare with i.i.d. tuples.
+    world = SphereWorld.from_mixing("linear", d=3, kappa=2.0, seed=4)
+    torch.manual_seed(0)
+    enc = MLP(world.input_dim, [16], 4).eval()
+    iid = infonce_risk(enc, world, 16, temperature=0.5, n=8000, generator=world.generator(1))
+    grouped = infonce_risk(enc, world, 16, temperature=0.5, n=8192, group_size=32, generator=world.generator(2))
+    assert grouped.n == 256 and iid.n == 8000
+    assert abs(iid.mean - grouped.mean) < 4 * math.hypot(iid.se, grouped.se)
+    with pytest.raises(ValueError, match="group_size"):
+        infonce_risk(enc, world, 16, temperature=0.5, group_size=0, generator=world.generator(2))

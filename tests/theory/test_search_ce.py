@@ -54,9 +54,7 @@ def test_log_partition_streams_exactly() -> None:
     # The model kernel's density integrates to 1 against the reference's empirical measure.
     dens = model_kernel_log_density(q, r, got, temperature=0.2).exp().mean(1)
     torch.testing.assert_close(dens, torch.ones(7, dtype=torch.float64))
-    torch.testing.assert_close(
-        empirical_model_kernel(q, r, temperature=0.2).sum(1), torch.ones(7, dtype=torch.float64)
-    )
+    torch.testing.assert_close(empirical_model_kernel(q, r, temperature=0.2).sum(1), torch.ones(7, dtype=torch.float64))
 
 
 def test_search_cross_entropy_matches_eq9_loop() -> None:
@@ -71,9 +69,7 @@ def test_search_cross_entropy_matches_eq9_loop() -> None:
         second = math.log(sum(math.exp(sj / tau) for sj in s) / 11)
         assert float(got[i]) == pytest.approx(first + second, rel=1e-12)
     # Per-query constants in log_w do not matter; a shared corpus equals its expansion.
-    torch.testing.assert_close(
-        search_cross_entropy(q, c, log_w + torch.arange(3.0)[:, None], temperature=tau), got
-    )
+    torch.testing.assert_close(search_cross_entropy(q, c, log_w + torch.arange(3.0)[:, None], temperature=tau), got)
     torch.testing.assert_close(
         search_cross_entropy(q, c[0], log_w, temperature=tau),
         search_cross_entropy(q, c[0].expand(3, 11, 5), log_w, temperature=tau),
@@ -128,16 +124,12 @@ def test_k_gap_paired_estimates_agree_with_separate_estimators() -> None:
     )[8]
     r = infonce_risk(enc, world, 8, temperature=tau, n=8000, generator=world.generator(1))
     assert abs(est["risk"].mean - r.mean) < 4 * math.hypot(est["risk"].se, r.se)
-    s = empirical_search_ce(
-        enc, world, 8, temperature=tau, n_groups=64, group_size=16, generator=world.generator(2)
-    )
+    s = empirical_search_ce(enc, world, 8, temperature=tau, n_groups=64, group_size=16, generator=world.generator(2))
     assert abs(est["search_ce"].mean - s.mean) < 4 * math.hypot(est["search_ce"].se, s.se)
     p = population_ce(enc, world, temperature=tau, n_queries=2048, m_ref=8192, generator=world.generator(3))
     assert abs(est["pop_ce"].mean - p.mean) < 4 * math.hypot(est["pop_ce"].se, p.se) + 1e-3
     # The paired gap equals the difference of its parts, group by group.
-    assert est["search_minus_pop"].mean == pytest.approx(
-        est["search_ce"].mean - est["pop_ce"].mean, abs=1e-12
-    )
+    assert est["search_minus_pop"].mean == pytest.approx(est["search_ce"].mean - est["pop_ce"].mean, abs=1e-12)
 
 
 def test_embed_normalises_and_checks() -> None:

@@ -124,7 +124,5 @@ def test_density_ratio_integrates_to_one_under_uniform() -> None:
 
 def test_mean_resultant_length_d3() -> None:
     for kappa in (0.01, 1.0, 10 / 3, 100.0):
-        assert vmf_mean_resultant_length(3, kappa) == pytest.approx(
-            1 / math.tanh(kappa) - 1 / kappa, rel=1e-8
-        )
+        assert vmf_mean_resultant_length(3, kappa) == pytest.approx(1 / math.tanh(kappa) - 1 / kappa, rel=1e-8)
     assert vmf_mean_resultant_length(3, 0.0) == 0.0
