@@ -2,5 +2,6 @@
 
 from contrastlab.worlds.mixing import MIXINGS, make_mixing
 from contrastlab.worlds.sphere import sample_uniform_sphere, sample_vmf
+from contrastlab.worlds.vmf_world import SphereWorld, Tuples
 
-__all__ = ["sample_uniform_sphere", "sample_vmf", "MIXINGS", "make_mixing"]
+__all__ = ["sample_uniform_sphere", "sample_vmf", "MIXINGS", "make_mixing", "SphereWorld", "Tuples"]
