@@ -375,13 +375,15 @@ class _TiledLSE(torch.autograd.Function):
             ones = torch.ones(m_cols, 1, dtype=q.dtype, device=q.device)
             k_aug = torch.cat([k, ones], dim=1)
             gq = q * g_row.unsqueeze(1)
+            q_aug = torch.cat([q, -row_lse.unsqueeze(1)], dim=1)  # [q_i, -lse_i]·[k_j, 1] = S_ij - lse_i
+            buf = q.new_empty(min(block, n) * min(block, m_cols))
             for i0 in range(0, n, block):
                 i1 = min(n, i0 + block)
-                q_aug = torch.cat([q[i0:i1], -row_lse[i0:i1, None]], dim=1)
                 acc = dq[i0:i1]
                 for j0 in range(0, m_cols, block):
                     j1 = min(m_cols, j0 + block)
-                    p = torch.mm(q_aug, k_aug[j0:j1].T).exp_()  # softmax tile, entries <= 1
+                    p = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, None, i0, i1, j0, j1))
+                    p.exp_()  # the softmax tile, entries <= 1
                     if excl:
                         _set_diagonal(p, i0, j0, 0.0)
                     acc.addmm_(p, k[j0:j1])
