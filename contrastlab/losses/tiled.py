@@ -46,6 +46,7 @@ __all__ = [
     "normalize_scale",
     "dense_row_lse",
     "tiled_lse",
+    "tiled_lse_rows_cols",
     "tiled_per_anchor_lse",
 ]
 
@@ -405,34 +406,41 @@ class _TiledLSE(torch.autograd.Function):
 
 
 def tiled_lse(
-    q: Tensor,
-    k: Tensor,
-    *,
-    block: int,
-    exclude_diagonal: bool = False,
-    columns: bool = False,
-    diagonal: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None]:
-    """Row (and optionally column) log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
+    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+) -> Tensor:
+    """Row log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
 
     Shape:
-        q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal`` or ``columns``).
-        Returns ``(row_lse (N,), col_lse (M,) or None)``.
+        q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal``); returns ``(N,)``.
 
     Args:
         q: queries (anchors already scaled by 1/τ).
         k: candidates.
         block: tile side (≥ 1); any value works, it need not divide N or M.
-        exclude_diagonal: leave ``S_ii`` out of both directions (DCL, NT-Xent).
-        columns: also return the column LSE (CLIP's symmetric direction), streamed in the same sweep.
+        exclude_diagonal: leave ``S_ii`` out (DCL, NT-Xent).
         diagonal: optional exact values of ``S_ii`` (``(N,)``, no gradient), as in :func:`dense_row_lse`.
 
     Memory: one tile (``block × block``) plus O((N + M)·D), in the forward and in the backward.
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     diag = None if diagonal is None else diagonal.detach()
-    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, columns, diag)
-    return row_lse, (col_lse if columns else None)
+    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag)[0]
+
+
+def tiled_lse_rows_cols(
+    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Row and column log-sum-exp of ``Q Kᵀ`` (CLIP's two directions), streamed in one sweep of tiles.
+
+    Shape:
+        q: ``(N, D)``; k: ``(N, D)``; returns ``(row_lse (N,), col_lse (N,))``.
+
+    Arguments as in :func:`tiled_lse`. Memory: one tile plus O(N·D).
+    """
+    block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
+    diag = None if diagonal is None else diagonal.detach()
+    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, True, diag)
+    return row_lse, col_lse
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -466,7 +474,7 @@ class _TiledPerAnchorLSE(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor | None, None]:
         q, negs, lse = ctx.saved_tensors
         k_count = negs.shape[1]
         dq = torch.zeros_like(q)
