@@ -157,7 +157,7 @@ def info_nce(
             if block is None:
                 lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos)
             else:
-                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)[0]
+                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
             loss = lse - pos
         elif block is None:
             logits = q @ k.T  # (N, N): row i = anchor i against every positive; diagonal = positives
@@ -168,7 +168,7 @@ def info_nce(
             # Column j = positive j as the anchor against every a_i (the transposed direction).
             loss = 0.5 * (torch.logsumexp(logits, dim=1) + torch.logsumexp(logits, dim=0)) - pos
         else:
-            row_lse, col_lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, columns=True, diagonal=pos)
+            row_lse, col_lse = tiled.tiled_lse_rows_cols(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
             loss = 0.5 * (row_lse + col_lse) - pos
     else:
         negs = negatives.to(dtype)
@@ -179,7 +179,7 @@ def info_nce(
             if block is None:
                 neg_lse = tiled.dense_row_lse(q, negs)  # (N,) over the (N, M) logits
             else:
-                neg_lse = tiled.tiled_lse(q, negs, block=block)[0]
+                neg_lse = tiled.tiled_lse(q, negs, block=block)
         else:
             block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk_size, budget)
             if block is None:

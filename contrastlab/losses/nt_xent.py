@@ -120,7 +120,7 @@ def nt_xent(
     if block is None:
         lse = tiled.dense_row_lse(q, k, exclude_diagonal=True)  # a view is never its own candidate
     else:
-        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)[0]
+        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)
     loss = lse - pos
     return check_finite_loss(reduce(loss, reduction), "z_a/z_b")
 
