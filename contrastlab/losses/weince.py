@@ -1,0 +1,707 @@
+"""WEINCE: InfoNCE with an anchor-wise extreme-value (Weibit) correction.
+
+Erol, Evren, Ozel, Morgan, Ryu, Zheng, "When Softmax Fails at the Top: Extreme-Value Corrections for
+InfoNCE", ICML 2026 (arXiv 2606.00262); official code github.com/hsme98/weince (commit 49485f3),
+``simclr/modules/nt_xent_hard_select.py``, ``policy="tlambda_select"``.
+
+Cosine similarities are bounded by 1, so the largest negative similarities of an anchor lie in the
+reverse-Weibull domain of attraction, where a softmax (Gumbel random-utility) model mis-describes the
+top. WEINCE blends the softmax logit with the "endpoint shortfall" logit −log(1 − s) per anchor i:
+
+    ℓ_ij = (1 − λ_i)·s_ij/τ + λ_i·(−β_i·log(1 − s_ij)),                              (README formula)
+    L    = −(1/2N) Σ_i log( exp ℓ_{i,i⁺} / Σ_{j ≠ i} exp ℓ_ij )
+
+over SimCLR's 2N views (each view's positive is its partner, its negatives the other 2N − 2 views).
+λ_i and β_i are stop-gradient batch statistics (no gradient flows through them), computed per anchor
+from its K negatives (§2.3 of ``shared/reference/papers.md``, exactly as the official code does):
+
+1. k_tail = clip(max(min_tail, round(tail_frac·K)), 10, K); take the k_tail largest negative cosines
+   (sorted descending), shortfalls δ = max(1 − s, eps), x = log δ.
+2. F̂_k = k/(k_tail + 1); drop the first burn = max(1, k_tail // 20) points. Weibull fit: per-anchor OLS
+   of y_W = log F̂ on x (slope β̂_i, clamped ≥ 0; R²_W). Gumbel proxy: OLS of y_G = log(−log F̂) on x.
+   A wrong-sign slope (β̂ ≤ 0, Gumbel slope ≥ 0) adds 1e6 to that fit's SSE. AIC = n·log(SSE/n) + 4 and
+   ΔAIC_i = AIC_G − AIC_W (> 0 favours Weibull).
+3. Cap proximity ρ_i = max(1 − max_j s_ij⁻, eps); pivot ρ_0 = the order statistic of rank
+   round(q·(R − 1)) of {ρ_i} over the R anchors.
+4. λ_i = σ(κ_ρ(log ρ_0 − log ρ_i)) · σ(κ_AIC(ΔAIC_i − m)).
+
+Differences between the paper's text (the defaults here) and the official code, each an option:
+
+* ``beta_mode="per_anchor"`` (default, the README formula) uses β_i = β̂_i, the anchor's own Weibull
+  slope. The code's ``tlambda_select`` uses β = 1 (``beta_mode="one"``; its comment reads "beta is
+  effectively λ in the mixture"). ``beta_mode="global_ema"`` uses the code's batch-level β_t
+  (``auto_weib_beta``): OLS on the smallest ``tail_frac`` (≥ ``min_tail``) shortfalls of all the batch's
+  negatives, accepted when R² ≥ ``r2_min``, clamped to [``beta_min``, ``beta_max``], then an EMA with
+  momentum 0.9 from 4.0. Its state is explicit: ``beta_ema`` in, ``WEINCEStats.beta_ema`` out (the
+  module keeps it in a buffer).
+* The reproduction scripts add 0.5·L_Weibit-top50 (with β_t) + 0.5·L_PL-top50 (``aux_top_m=50``,
+  ``aux_weight=0.5``); the headline formula does not, so ``aux_top_m=0`` by default. The code caps the
+  top-M size at 2N − 1 columns of a matrix with 2N − 2 valid negatives; here it is capped at K.
+* The code's ``WEINCELoss`` analogue updates β_t on every call; the module here updates its buffer only
+  in training mode (an evaluation pass does not move the state).
+* When an anchor has K ≤ 2 negatives no tail fit is possible; the code then sets ΔAIC = 0 and pivots on
+  the median, here ΔAIC = 0, β̂ = 0 and the pivot stays the q-order statistic.
+* Similarities are computed as normalised rows' dot products (``nt_xent_logits``) instead of
+  ``nn.CosineSimilarity`` (which divides by max(‖x‖‖y‖, 1e-8)); they differ only in the last bits.
+* The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
+  slope 1/(1 − s), and the code's clamp s ≤ 1 − 1e-6 needs more than bf16's 8 bits.
+
+With λ ≡ 0 (``fixed_lambda=0``) the loss is NT-Xent bit for bit; with explicit ``negatives`` it is
+``info_nce`` (up to the last bits).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from contrastlab._checks import (
+    check_choice,
+    check_embeddings,
+    check_positive_float,
+    check_same_device,
+    compute_dtype,
+)
+from contrastlab.losses._common import (
+    REDUCTIONS,
+    TemperatureLike,
+    check_finite_loss,
+    l2_normalize,
+    reduce,
+    resolve_inverse_temperature,
+)
+from contrastlab.losses.nt_xent import nt_xent_logits
+
+__all__ = [
+    "weince",
+    "WEINCELoss",
+    "WEINCEStats",
+    "AnchorTailStats",
+    "GlobalBetaConfig",
+    "anchor_tail_stats",
+    "global_tail_beta",
+    "update_beta_ema",
+    "tail_size",
+    "rowwise_ols",
+    "BETA_MODES",
+]
+
+BETA_MODES = ("per_anchor", "one", "global_ema")
+
+#: The code adds this to the SSE of a fit whose slope has the wrong sign.
+_WRONG_SIGN_SSE = 1e6
+
+
+@dataclass(frozen=True)
+class GlobalBetaConfig:
+    """The official code's batch-level Weibit shape β_t (``auto_weib_beta=True``), §2.3 last line.
+
+    Used by ``beta_mode="global_ema"`` and by the top-M auxiliary Weibit term.
+    """
+
+    tail_frac: float = 0.05
+    """fraction of all the batch's negative shortfalls in the global tail fit"""
+    min_tail: int = 1024
+    """minimum number of tail points of the global fit"""
+    r2_min: float = 0.85
+    """a batch's β̂ is accepted only when its fit has R² ≥ r2_min"""
+    beta_min: float = 0.5
+    """lower clamp of an accepted β̂"""
+    beta_max: float = 16.0
+    """upper clamp of an accepted β̂"""
+    momentum: float = 0.9
+    """EMA momentum: β_t ← momentum·β_{t−1} + (1 − momentum)·clamp(β̂)"""
+    init: float = 4.0
+    """β_0, the EMA's starting value (the code's ``weib_beta``)"""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < check_positive_float("tail_frac", self.tail_frac) <= 1.0:
+            raise ValueError(f"tail_frac must be in (0, 1], got {self.tail_frac}")
+        _check_int("min_tail", self.min_tail, minimum=1)
+        if not 0.0 <= check_positive_float("r2_min", self.r2_min, allow_zero=True) <= 1.0:
+            raise ValueError(f"r2_min must be in [0, 1], got {self.r2_min}")
+        check_positive_float("beta_min", self.beta_min)
+        if check_positive_float("beta_max", self.beta_max) < self.beta_min:
+            raise ValueError(f"beta_max must be >= beta_min = {self.beta_min}, got {self.beta_max}")
+        if not 0.0 <= check_positive_float("momentum", self.momentum, allow_zero=True) < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+        check_positive_float("init", self.init)
+
+
+class AnchorTailStats(NamedTuple):
+    """Per-anchor tail statistics of §2.3 (all detached). R is the number of anchors.
+
+    Attributes:
+        lam: λ_i ∈ [0, 1]. Shape ``(R,)``.
+        beta_hat: Weibull slope β̂_i ≥ 0. Shape ``(R,)``.
+        r2: R² of the Weibull fit, in [0, 1]. Shape ``(R,)``.
+        delta_aic: ΔAIC_i = AIC_Gumbel − AIC_Weibull (> 0 favours Weibull). Shape ``(R,)``.
+        rho: cap proximity ρ_i = max(1 − max_j s_ij⁻, eps). Shape ``(R,)``.
+        rho0: the pivot ρ_0 (0-d).
+        k_tail: the number of tail points per anchor.
+        n_eff: the number of points in each OLS fit (k_tail − burn).
+        top_index: column indices of each anchor's k_tail hardest negatives, hardest first. Shape
+            ``(R, k_tail)``.
+    """
+
+    lam: Tensor
+    beta_hat: Tensor
+    r2: Tensor
+    delta_aic: Tensor
+    rho: Tensor
+    rho0: Tensor
+    k_tail: int
+    n_eff: int
+    top_index: Tensor
+
+
+class WEINCEStats(NamedTuple):
+    """What :func:`weince` returns with ``return_stats=True``, next to the loss.
+
+    Attributes:
+        tail: the per-anchor statistics (λ_i, β̂_i, ΔAIC_i, ρ_i, ...).
+        beta: the β_i used in the Weibit logit. Shape ``(R,)``.
+        beta_ema: the global β_t after this batch (the state to pass as ``beta_ema`` next time), a 0-d
+            tensor; ``None`` when neither ``beta_mode="global_ema"`` nor the top-M terms need it.
+        beta_global_hat: this batch's raw global β̂ (before acceptance/clamp/EMA), or ``None``.
+        beta_global_r2: that fit's R², or ``None``.
+    """
+
+    tail: AnchorTailStats
+    beta: Tensor
+    beta_ema: Tensor | None
+    beta_global_hat: float | None
+    beta_global_r2: float | None
+
+
+def _check_int(name: str, value: object, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def _check_real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not math.isfinite(float(value)):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def tail_size(k_neg: int, tail_frac: float, min_tail: int) -> int:
+    """Per-anchor tail size k_tail, exactly as the official code computes it (§2.3 step 1).
+
+    ``min(max(10, min(max(min_tail, round(tail_frac·K)), K)), K)``; Python's ``round`` (half to even)
+    as in the code. For K = 2N − 2 = 510, tail_frac = 0.1, min_tail = 32 it is 51.
+    """
+    k = int(max(min_tail, round(tail_frac * k_neg)))
+    k = min(k, k_neg)
+    k = max(10, k)
+    return min(k, k_neg)
+
+
+def rowwise_ols(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Closed-form OLS of one response ``y`` on each row of ``x``, all rows at once.
+
+    Fits y ≈ a_r + b_r·x_r for every row r, as the official code does: b = Σ x̃ỹ / max(Σ x̃², 1e-12)
+    (x̃, ỹ centred), a = ȳ − b·x̄ and SSE = max(Σ (y − ŷ)², 1e-12).
+
+    Shape:
+        x: ``(R, n)``; y: ``(n,)`` (shared by every row) or ``(R, n)``.
+
+    Returns:
+        ``(slope, intercept, sse)``, each of shape ``(R,)``.
+    """
+    x_mean = x.mean(dim=-1, keepdim=True)  # (R, 1)
+    y_mean = y.mean(dim=-1, keepdim=True)  # (1,) or (R, 1)
+    xc = x - x_mean  # (R, n)
+    yc = y - y_mean
+    den = (xc * xc).sum(dim=-1).clamp_min(1e-12)
+    slope = (xc * yc).sum(dim=-1) / den  # (R,)
+    y_hat = slope.unsqueeze(-1) * xc + y_mean  # (R, n)
+    sse = ((y - y_hat) ** 2).sum(dim=-1).clamp_min(1e-12)
+    intercept = y_mean.squeeze(-1) - slope * x_mean.squeeze(-1)
+    return slope, intercept, sse
+
+
+@torch.no_grad()
+def _anchor_tail_stats(
+    neg: Tensor,
+    k_neg: int,
+    *,
+    q: float,
+    tail_frac: float,
+    min_tail: int,
+    kappa_rho: float,
+    kappa_aic: float,
+    margin: float,
+    eps: float,
+) -> AnchorTailStats:
+    """§2.3 steps 1–4 on a matrix whose excluded entries are −inf and every row holds ≥ ``k_neg`` negatives."""
+    neg = neg.detach()
+    r = neg.shape[0]
+    k_tail = tail_size(k_neg, tail_frac, min_tail)
+    top, top_index = torch.topk(neg, k=k_tail, dim=1, largest=True, sorted=True)  # (R, k_tail), hardest first
+    rho = (1.0 - top[:, 0]).clamp_min(eps)  # (R,)
+    # ρ_0: the order statistic of rank round(q (R − 1)) (0-based), as the code's sort-and-index.
+    kq = int(round(q * (r - 1)))
+    rho0 = torch.kthvalue(rho, kq + 1).values
+    lam_rho = torch.sigmoid(kappa_rho * (torch.log(rho0.clamp_min(eps)) - torch.log(rho)))
+
+    burn = max(1, k_tail // 20)
+    n_eff = k_tail - burn
+    if n_eff < 2:  # K ≤ 2: no tail to fit
+        zeros = torch.zeros(r, dtype=neg.dtype, device=neg.device)
+        lam = lam_rho * torch.sigmoid(torch.tensor(-kappa_aic * margin, dtype=neg.dtype, device=neg.device))
+        return AnchorTailStats(lam, zeros, zeros, zeros, rho, rho0, k_tail, max(n_eff, 0), top_index)
+
+    x = torch.log((1.0 - top[:, burn:]).clamp_min(eps))  # (R, n_eff): log shortfalls, ascending
+    k = torch.arange(burn + 1, k_tail + 1, dtype=neg.dtype, device=neg.device)
+    f_hat = (k / (k_tail + 1.0)).clamp_min(eps)  # empirical CDF of the shortfalls, (n_eff,)
+    y_w = torch.log(f_hat)  # Weibull: log F(δ) ≈ a + β log δ
+    y_g = torch.log(-torch.log(f_hat))  # Gumbel-fast proxy: log(−log F(δ)) ≈ b − κ log δ
+    slope_w, _, sse_w = rowwise_ols(x, y_w)
+    slope_g, _, sse_g = rowwise_ols(x, y_g)
+    ss_tot_w = ((y_w - y_w.mean()) ** 2).sum().clamp_min(1e-12)
+    r2 = (1.0 - sse_w / ss_tot_w).clamp(0.0, 1.0)
+    sse_w = torch.where(slope_w <= 0.0, sse_w + _WRONG_SIGN_SSE, sse_w)
+    sse_g = torch.where(slope_g >= 0.0, sse_g + _WRONG_SIGN_SSE, sse_g)
+    n = float(n_eff)
+    aic_w = n * torch.log(sse_w / n) + 4.0  # Gaussian-regression AIC, 2 parameters
+    aic_g = n * torch.log(sse_g / n) + 4.0
+    delta_aic = aic_g - aic_w
+    lam = lam_rho * torch.sigmoid(kappa_aic * (delta_aic - margin))
+    return AnchorTailStats(lam, slope_w.clamp_min(0.0), r2, delta_aic, rho, rho0, k_tail, n_eff, top_index)
+
+
+def anchor_tail_stats(
+    neg_sims: Tensor,
+    *,
+    q: float = 0.2,
+    tail_frac: float = 0.1,
+    min_tail: int = 32,
+    kappa_rho: float = 10.0,
+    kappa_aic: float = 1.0,
+    margin: float = 2.0,
+    eps: float = 1e-6,
+) -> AnchorTailStats:
+    """WEINCE's per-anchor tail statistics (§2.3 steps 1–4), vectorised over anchors, without gradient.
+
+    Args:
+        neg_sims: each anchor's negative cosine similarities. Shape ``(R, K)``. Entries equal to −inf
+            are treated as excluded; every row must then hold at least as many finite entries as the
+            row with the fewest (the tail size is computed from that count).
+        q: quantile level of the cap-proximity pivot ρ_0, in [0, 1].
+        tail_frac: fraction of the K negatives in each anchor's tail, in (0, 1].
+        min_tail: minimum tail size (the code clips k_tail to [10, K] afterwards).
+        kappa_rho: steepness κ_ρ ≥ 0 of the cap-proximity gate.
+        kappa_aic: steepness κ_AIC ≥ 0 of the ΔAIC gate.
+        margin: ΔAIC margin m.
+        eps: floor of the shortfalls 1 − s, in (0, 1).
+
+    Returns:
+        :class:`AnchorTailStats`.
+
+    Raises:
+        TypeError, ValueError: invalid inputs, named in the message.
+    """
+    if not isinstance(neg_sims, Tensor):
+        raise TypeError(f"neg_sims must be a torch.Tensor, got {type(neg_sims).__name__}")
+    if not neg_sims.is_floating_point() or neg_sims.ndim != 2 or neg_sims.numel() == 0:
+        raise ValueError(f"neg_sims must be a non-empty floating (R, K) tensor, got {neg_sims.dtype} {tuple(neg_sims.shape)}")
+    if bool(torch.isnan(neg_sims).any()) or bool((neg_sims == float("inf")).any()):
+        raise ValueError("neg_sims contains NaN or +Inf entries")
+    counts = torch.isfinite(neg_sims).sum(dim=1)
+    k_neg = int(counts.min())
+    if k_neg < 1:
+        raise ValueError("neg_sims has a row without any finite negative similarity")
+    _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
+    x = neg_sims if neg_sims.dtype == torch.float64 else neg_sims.float()
+    return _anchor_tail_stats(
+        x,
+        k_neg,
+        q=q,
+        tail_frac=tail_frac,
+        min_tail=min_tail,
+        kappa_rho=kappa_rho,
+        kappa_aic=kappa_aic,
+        margin=margin,
+        eps=eps,
+    )
+
+
+@torch.no_grad()
+def global_tail_beta(neg_values: Tensor, *, tail_frac: float = 0.05, min_tail: int = 1024, eps: float = 1e-6) -> tuple[float, float] | None:
+    """The official code's batch-level Weibit shape estimate (``_estimate_weib_beta_from_tail``).
+
+    OLS of log F̂ on log δ over the k_tail = min(int(max(min_tail, tail_frac·K)), K) smallest
+    shortfalls δ = max(1 − s, eps) of all K negative similarities, after dropping max(1, k_tail // 20)
+    points.
+
+    Args:
+        neg_values: the negative similarities (any shape; finite entries are used). Shape ``(...)``.
+        tail_frac: fraction of the negatives in the tail.
+        min_tail: minimum tail size.
+        eps: shortfall floor.
+
+    Returns:
+        ``(beta_hat, r2)`` with β̂ ≥ 0 and R² ∈ [0, 1], or ``None`` when fewer than 10 tail points
+        (or fewer than 2 after the burn) exist.
+    """
+    vals = neg_values.detach().reshape(-1)
+    vals = vals[torch.isfinite(vals)]
+    delta = (1.0 - vals).clamp_min(eps)
+    total = delta.numel()
+    k_tail = min(int(max(min_tail, tail_frac * total)), total)
+    if k_tail < 10:
+        return None
+    tail = torch.topk(delta, k=k_tail, largest=False, sorted=True).values  # ascending shortfalls
+    k = torch.arange(1, k_tail + 1, dtype=tail.dtype, device=tail.device)
+    burn = max(1, k_tail // 20)
+    x = torch.log(tail)[burn:].unsqueeze(0)  # (1, n)
+    y = torch.log(k / (k_tail + 1.0))[burn:]
+    if x.shape[1] < 2:
+        return None
+    slope, _, sse = rowwise_ols(x, y)
+    ss_tot = ((y - y.mean()) ** 2).sum().clamp_min(1e-12)
+    r2 = (1.0 - sse / ss_tot).clamp(0.0, 1.0)
+    return float(slope.clamp_min(0.0)), float(r2)
+
+
+def update_beta_ema(beta_prev: float, estimate: tuple[float, float] | None, config: GlobalBetaConfig) -> float:
+    """One EMA step of the global β_t (``_get_batch_beta``): a rejected or missing estimate keeps β_{t−1}.
+
+    Args:
+        beta_prev: β_{t−1}.
+        estimate: ``(beta_hat, r2)`` from :func:`global_tail_beta`, or ``None``.
+        config: the acceptance threshold, clamp and momentum.
+
+    Returns:
+        β_t.
+    """
+    if estimate is None:
+        return beta_prev
+    beta_hat, r2 = estimate
+    if r2 >= config.r2_min and beta_hat > 0.0:
+        clamped = min(config.beta_max, max(config.beta_min, beta_hat))
+        return config.momentum * beta_prev + (1.0 - config.momentum) * clamped
+    return beta_prev
+
+
+def _check_tail_options(
+    q: float, tail_frac: float, min_tail: int, kappa_rho: float, kappa_aic: float, margin: float, eps: float
+) -> None:
+    if not 0.0 <= check_positive_float("q", q, allow_zero=True) <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q}")
+    if not 0.0 < check_positive_float("tail_frac", tail_frac) <= 1.0:
+        raise ValueError(f"tail_frac must be in (0, 1], got {tail_frac}")
+    _check_int("min_tail", min_tail, minimum=1)
+    check_positive_float("kappa_rho", kappa_rho, allow_zero=True)
+    check_positive_float("kappa_aic", kappa_aic, allow_zero=True)
+    _check_real("margin", margin)
+    if not 0.0 < check_positive_float("eps", eps) < 1.0:
+        raise ValueError(f"eps must be in (0, 1), got {eps}")
+
+
+def _validate_inputs(z_a: Tensor, z_b: Tensor, negatives: Tensor | None) -> None:
+    check_embeddings("z_a", z_a, ndim=2)
+    check_embeddings("z_b", z_b, ndim=2)
+    if z_b.shape != z_a.shape:
+        raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
+    n, d = z_a.shape
+    if negatives is None:
+        if n < 2:
+            raise ValueError(f"z_a must have N >= 2 rows: with N = {n} a view has no negatives to fit a tail to")
+    else:
+        if not isinstance(negatives, Tensor):
+            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
+        if negatives.ndim not in (2, 3):
+            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
+        check_embeddings("negatives", negatives, ndim=negatives.ndim)
+        if negatives.shape[-1] != d:
+            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
+        if negatives.ndim == 3 and negatives.shape[0] != n:
+            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
+    check_same_device(z_a=z_a, z_b=z_b, negatives=negatives)
+
+
+def _weibit(cos: Tensor, eps: float) -> Tensor:
+    """−log(1 − s) with s clamped to [−1, 1 − eps] (finite everywhere, also on masked −inf entries)."""
+    return -torch.log1p(-cos.clamp(-1.0, 1.0 - eps))
+
+
+def _mix(pl: Tensor, cos: Tensor, lam: Tensor, lam_beta: Tensor, eps: float) -> Tensor:
+    """(1 − λ_i)·pl + λ_i β_i·(−log(1 − s)); exactly ``pl`` where λ_i = 0 (the Weibit term is finite)."""
+    return pl * (1.0 - lam) + _weibit(cos, eps) * lam_beta
+
+
+def weince(
+    z_a: Tensor,
+    z_b: Tensor,
+    negatives: Tensor | None = None,
+    *,
+    temperature: TemperatureLike = 0.5,
+    beta_mode: str = "per_anchor",
+    q: float = 0.2,
+    tail_frac: float = 0.1,
+    min_tail: int = 32,
+    kappa_rho: float = 10.0,
+    kappa_aic: float = 1.0,
+    margin: float = 2.0,
+    eps: float = 1e-6,
+    fixed_lambda: float | None = None,
+    aux_top_m: int = 0,
+    aux_weight: float = 0.5,
+    global_beta: GlobalBetaConfig = GlobalBetaConfig(),
+    beta_ema: float | Tensor | None = None,
+    reduction: str = "mean",
+    return_stats: bool = False,
+) -> Tensor | tuple[Tensor, WEINCEStats]:
+    """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
+
+    Args:
+        z_a: first view's embeddings (anchors). Shape ``(N, D)``.
+        z_b: second view's embeddings, row i the partner of ``z_a[i]``. Shape ``(N, D)``.
+        negatives: ``None`` — SimCLR's 2N views (each view against the other 2N − 2, both directions,
+            as NT-Xent); ``(M, D)`` — every anchor ``z_a[i]`` against its positive ``z_b[i]`` and the M
+            shared negatives; ``(N, K, D)`` — against K negatives of its own. Rows are L2-normalised.
+        temperature: τ > 0 of the softmax logit s/τ (float, 0-d tensor or ``LearnableTemperature``).
+        beta_mode: β_i of the Weibit logit: ``"per_anchor"`` (β̂_i, the paper's text), ``"one"`` (the
+            official code) or ``"global_ema"`` (the code's batch-level EMA β_t).
+        q: quantile of the cap-proximity pivot ρ_0.
+        tail_frac: fraction of each anchor's negatives in its tail fit.
+        min_tail: minimum tail size (then clipped to [10, K]).
+        kappa_rho: steepness κ_ρ ≥ 0 of the cap-proximity gate.
+        kappa_aic: steepness κ_AIC ≥ 0 of the Weibull-vs-Gumbel gate.
+        margin: ΔAIC margin m (the paper's grid: 0, 2, 6).
+        eps: s is clamped to ≤ 1 − eps in −log(1 − s) and shortfalls floored at eps.
+        fixed_lambda: if given, λ_i ≡ this value in [0, 1] instead of the statistics (ablations: 0 gives
+            NT-Xent / InfoNCE exactly, 1 the pure Weibit loss with β_i).
+        aux_top_m: M > 0 adds the reproduction script's auxiliary terms
+            ``aux_weight·(L_Weibit-topM + L_PL-topM)``: cross-entropies over [positive | the M hardest
+            negatives] with logits −β_t log(1 − s) and s/τ (the scripts use M = 50, weight 0.5).
+        aux_weight: the weight of each auxiliary term (≥ 0).
+        global_beta: configuration of the global β_t (``beta_mode="global_ema"`` and the top-M term).
+        beta_ema: β_{t−1}, the global EMA state; ``None`` starts from ``global_beta.init``. Not modified.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses: ``(2N,)`` with the views of
+            ``z_a`` first, or ``(N,)`` with explicit negatives).
+        return_stats: also return :class:`WEINCEStats` (λ_i, β_i, ΔAIC_i, ..., the new β_t).
+
+    Returns:
+        The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
+
+    Raises:
+        TypeError, ValueError: invalid inputs, named in the message.
+
+    Examples:
+        >>> za, zb = torch.randn(64, 16), torch.randn(64, 16)
+        >>> loss, stats = weince(za, zb, return_stats=True)
+        >>> loss.shape, stats.tail.lam.shape
+        (torch.Size([]), torch.Size([128]))
+        >>> from contrastlab.losses import nt_xent
+        >>> bool(weince(za, zb, fixed_lambda=0.0) == nt_xent(za, zb))
+        True
+    """
+    _validate_inputs(z_a, z_b, negatives)
+    check_choice("beta_mode", beta_mode, BETA_MODES)
+    check_choice("reduction", reduction, REDUCTIONS)
+    _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
+    if fixed_lambda is not None and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0:
+        raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
+    _check_int("aux_top_m", aux_top_m, minimum=0)
+    check_positive_float("aux_weight", aux_weight, allow_zero=True)
+    if not isinstance(global_beta, GlobalBetaConfig):
+        raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
+    if beta_ema is None:
+        beta_prev = global_beta.init
+    elif isinstance(beta_ema, Tensor):
+        if beta_ema.numel() != 1:
+            raise ValueError(f"beta_ema must be a scalar, got a tensor of shape {tuple(beta_ema.shape)}")
+        beta_prev = check_positive_float("beta_ema", float(beta_ema.detach()))
+    else:
+        beta_prev = check_positive_float("beta_ema", beta_ema)
+    if not isinstance(return_stats, bool):
+        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
+
+    dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
+    device = z_a.device
+    with torch.autocast(device_type=device.type, enabled=False):
+        inv_t = resolve_inverse_temperature(temperature, dtype, device)
+        a, b = z_a.to(dtype), z_b.to(dtype)
+        if negatives is None:
+            # SimCLR's 2N views: the NT-Xent logits s/τ (bit-identical to nt_xent's), −inf on the diagonal.
+            pl, pos_index = nt_xent_logits(a, b, inv_t)  # (2N, 2N), (2N,)
+            cos = pl / inv_t  # cosines; −inf on the diagonal
+            rows = torch.arange(pl.shape[0], device=device)
+            with torch.no_grad():
+                neg = cos.detach().index_put((rows, pos_index), torch.tensor(float("-inf"), dtype=dtype, device=device))
+            k_neg = pl.shape[0] - 2
+            pos_pl, pos_cos = pl[rows, pos_index], cos[rows, pos_index]  # (2N,)
+            neg_pl, neg_cos = pl, cos  # the positive column is part of this matrix
+        else:
+            a, b = l2_normalize(a), l2_normalize(b)
+            nv = l2_normalize(negatives.to(dtype))
+            a_s = a * inv_t
+            pos_pl = (a_s * b).sum(dim=1)  # (N,)
+            neg_pl = a_s @ nv.T if nv.ndim == 2 else torch.bmm(nv, a_s.unsqueeze(2)).squeeze(2)  # (N, K)
+            pos_cos, neg_cos = pos_pl / inv_t, neg_pl / inv_t
+            neg = neg_cos.detach()
+            k_neg = neg.shape[1]
+
+        tail = _anchor_tail_stats(
+            neg,
+            k_neg,
+            q=q,
+            tail_frac=tail_frac,
+            min_tail=min_tail,
+            kappa_rho=kappa_rho,
+            kappa_aic=kappa_aic,
+            margin=margin,
+            eps=eps,
+        )
+        lam = tail.lam if fixed_lambda is None else torch.full_like(tail.lam, fixed_lambda)
+
+        need_global = beta_mode == "global_ema" or aux_top_m > 0
+        beta_t: float | None = None
+        estimate: tuple[float, float] | None = None
+        if need_global:
+            estimate = global_tail_beta(neg, tail_frac=global_beta.tail_frac, min_tail=global_beta.min_tail, eps=eps)
+            beta_t = update_beta_ema(beta_prev, estimate, global_beta)
+        if beta_mode == "per_anchor":
+            beta = tail.beta_hat
+        elif beta_mode == "one":
+            beta = torch.ones_like(lam)
+        else:
+            assert beta_t is not None
+            beta = torch.full_like(lam, beta_t)
+
+        lam_c, lam_beta = lam.unsqueeze(1), (lam * beta).unsqueeze(1)  # (R, 1): stop-gradient constants
+        logits = _mix(neg_pl, neg_cos, lam_c, lam_beta, eps)
+        if negatives is None:
+            # λ_i = 1 turns the diagonal's 0·(−inf) into NaN: a view is never its own candidate.
+            logits = logits.index_put((rows, rows), torch.tensor(float("-inf"), dtype=dtype, device=device))
+            pos_logit = logits.gather(1, pos_index.unsqueeze(1)).squeeze(1)  # the positive is a column
+            loss = torch.logsumexp(logits, dim=1) - pos_logit
+        else:
+            pos_logit = _mix(pos_pl.unsqueeze(1), pos_cos.unsqueeze(1), lam_c, lam_beta, eps).squeeze(1)  # (R,)
+            loss = torch.logaddexp(pos_logit, torch.logsumexp(logits, dim=1)) - pos_logit
+
+        if aux_top_m > 0:
+            assert beta_t is not None
+            m = min(aux_top_m, k_neg)
+            top_idx = tail.top_index[:, :m] if m <= tail.k_tail else torch.topk(neg, k=m, dim=1).indices
+            hard = neg_cos.gather(1, top_idx)  # (R, M), with gradient
+            w_logits = torch.cat([pos_cos.unsqueeze(1), hard], dim=1)  # (R, 1 + M)
+            w_logits = beta_t * _weibit(w_logits, eps)
+            p_logits = torch.cat([pos_pl.unsqueeze(1), hard * inv_t], dim=1)
+            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+            loss = loss + aux_weight * aux
+
+    out = check_finite_loss(reduce(loss, reduction), "z_a/z_b")
+    if not return_stats:
+        return out
+    stats = WEINCEStats(
+        tail=tail,
+        beta=beta.detach(),
+        beta_ema=None if beta_t is None else torch.tensor(beta_t, dtype=torch.float64),
+        beta_global_hat=None if estimate is None else estimate[0],
+        beta_global_r2=None if estimate is None else estimate[1],
+    )
+    return out, stats
+
+
+class WEINCELoss(nn.Module):
+    """Module form of :func:`weince`; hyperparameters are validated at construction.
+
+    With ``beta_mode="global_ema"`` or ``aux_top_m > 0`` the global β_t lives in the buffer
+    ``beta_ema`` (saved in the state dict). It is updated by ``forward`` in training mode only.
+    ``last_stats`` holds the :class:`WEINCEStats` of the latest call (for logging λ and β).
+
+    Examples:
+        >>> loss_fn = WEINCELoss(beta_mode="global_ema")
+        >>> loss = loss_fn(torch.randn(64, 16), torch.randn(64, 16))
+        >>> float(loss_fn.beta_ema) > 0
+        True
+    """
+
+    beta_ema: Tensor
+
+    def __init__(
+        self,
+        temperature: TemperatureLike = 0.5,
+        beta_mode: str = "per_anchor",
+        q: float = 0.2,
+        tail_frac: float = 0.1,
+        min_tail: int = 32,
+        kappa_rho: float = 10.0,
+        kappa_aic: float = 1.0,
+        margin: float = 2.0,
+        eps: float = 1e-6,
+        fixed_lambda: float | None = None,
+        aux_top_m: int = 0,
+        aux_weight: float = 0.5,
+        global_beta: GlobalBetaConfig = GlobalBetaConfig(),
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        if not isinstance(temperature, (nn.Module, Tensor)):
+            temperature = check_positive_float("temperature", temperature)
+        self.temperature = temperature
+        self.beta_mode = check_choice("beta_mode", beta_mode, BETA_MODES)
+        _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
+        self.q, self.tail_frac, self.min_tail = float(q), float(tail_frac), min_tail
+        self.kappa_rho, self.kappa_aic, self.margin, self.eps = float(kappa_rho), float(kappa_aic), float(margin), float(eps)
+        if fixed_lambda is not None and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0:
+            raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
+        self.fixed_lambda = fixed_lambda
+        self.aux_top_m = _check_int("aux_top_m", aux_top_m, minimum=0)
+        self.aux_weight = check_positive_float("aux_weight", aux_weight, allow_zero=True)
+        if not isinstance(global_beta, GlobalBetaConfig):
+            raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
+        self.global_beta = global_beta
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.register_buffer("beta_ema", torch.tensor(float(global_beta.init), dtype=torch.float64))
+        self.last_stats: WEINCEStats | None = None
+
+    def forward(self, z_a: Tensor, z_b: Tensor, negatives: Tensor | None = None) -> Tensor:
+        """Compute the loss; see :func:`weince` for shapes. Updates ``beta_ema`` in training mode."""
+        loss, stats = weince(
+            z_a,
+            z_b,
+            negatives,
+            temperature=self.temperature,
+            beta_mode=self.beta_mode,
+            q=self.q,
+            tail_frac=self.tail_frac,
+            min_tail=self.min_tail,
+            kappa_rho=self.kappa_rho,
+            kappa_aic=self.kappa_aic,
+            margin=self.margin,
+            eps=self.eps,
+            fixed_lambda=self.fixed_lambda,
+            aux_top_m=self.aux_top_m,
+            aux_weight=self.aux_weight,
+            global_beta=self.global_beta,
+            beta_ema=self.beta_ema,
+            reduction=self.reduction,
+            return_stats=True,
+        )
+        if self.training and stats.beta_ema is not None:
+            self.beta_ema.copy_(stats.beta_ema)
+        self.last_stats = stats
+        return loss
+
+    def extra_repr(self) -> str:
+        """Hyperparameters shown in ``repr``."""
+        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        return (
+            f"temperature={t}, beta_mode={self.beta_mode!r}, q={self.q}, tail_frac={self.tail_frac}, "
+            f"min_tail={self.min_tail}, kappa_rho={self.kappa_rho}, kappa_aic={self.kappa_aic}, "
+            f"margin={self.margin}, aux_top_m={self.aux_top_m}"
+        )
