@@ -1,1 +1,42 @@
-"""contrastlab.train."""
+"""contrastlab.train: one training loop for every experiment, with exact resume.
+
+``fit(model, loss_fn, batch_at, TrainConfig(...), out_dir=..., resume=...)`` trains; batch sources
+are pure functions of the step (:class:`EpochSampler`, :func:`step_generator`); configs are frozen
+dataclasses validated field by field (:mod:`contrastlab.train.dataconf`).
+"""
+
+from contrastlab.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from contrastlab.train.config import OptimConfig, TrainConfig
+from contrastlab.train.dataconf import (
+    ConfigError,
+    apply_overrides,
+    dump_config,
+    from_dict,
+    load_config_file,
+    to_dict,
+)
+from contrastlab.train.sampler import EpochSampler, step_generator
+from contrastlab.train.schedule import LRSchedule, lr_factor
+from contrastlab.train.trainer import TrainResult, fit, resolve_device
+
+__all__ = [
+    "fit",
+    "TrainConfig",
+    "OptimConfig",
+    "TrainResult",
+    "EpochSampler",
+    "step_generator",
+    "lr_factor",
+    "LRSchedule",
+    "resolve_device",
+    "CheckpointError",
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+    "ConfigError",
+    "from_dict",
+    "to_dict",
+    "apply_overrides",
+    "load_config_file",
+    "dump_config",
+]

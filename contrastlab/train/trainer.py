@@ -1,0 +1,409 @@
+"""The training loop every contrastlab experiment uses: :func:`fit`.
+
+A plain PyTorch loop (no framework state): draw ``batch_at(step)``, forward under autocast, loss in
+fp32, backward (scaled for fp16), clip, step, schedule. Batches are a pure function of the step and
+the checkpoint holds the step, model, optimiser, schedule, grad scaler, RNG states and the running
+loss sum, so an interrupted-and-resumed run reproduces the uninterrupted one bit for bit on CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from contrastlab.io import write_text_atomic
+from contrastlab.train.checkpoint import capture_rng, latest_checkpoint, restore_rng, save_checkpoint
+from contrastlab.train.config import TrainConfig
+from contrastlab.train.dataconf import to_dict
+from contrastlab.train.schedule import LRSchedule
+
+__all__ = ["fit", "TrainResult", "resolve_device", "METRICS_NAME"]
+
+METRICS_NAME = "metrics.jsonl"
+
+LossFn = Callable[[nn.Module, Any], "Tensor | tuple[Tensor, dict[str, float]]"]
+
+
+@dataclass
+class TrainResult:
+    """What :func:`fit` returns.
+
+    Attributes:
+        model: the trained model, in eval mode.
+        history: the rows written to ``metrics.jsonl`` (``step``, ``loss``, ``lr``, the loss
+            function's logs, ``eval/<name>`` entries), including rows from before a resume.
+        final_eval: ``eval_fn(model, steps)`` at the end (empty without ``eval_fn``).
+        steps: number of optimiser steps the model has taken.
+        seconds: wall-clock seconds of this call.
+        resumed_from: the step the run resumed from (0 for a fresh run).
+    """
+
+    model: nn.Module
+    history: list[dict[str, Any]] = field(default_factory=list)
+    final_eval: dict[str, float] = field(default_factory=dict)
+    steps: int = 0
+    seconds: float = 0.0
+    resumed_from: int = 0
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` → cuda when available, else cpu; ``"cuda"`` without CUDA raises ``ValueError``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device is {device!r} but CUDA is not available (use 'cpu' or 'auto')")
+    return torch.device(device)
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _to_device(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, Tensor):
+        return batch.to(device, non_blocking=True) if batch.device != device else batch
+    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # namedtuple
+        return type(batch)(*(_to_device(b, device) for b in batch))
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(b, device) for b in batch)
+    if isinstance(batch, dict):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    return batch
+
+
+def _make_optimizer(params: list[nn.Parameter], config: TrainConfig) -> torch.optim.Optimizer:
+    o = config.optim
+    if o.name == "adam":
+        return torch.optim.Adam(params, lr=o.lr, weight_decay=o.weight_decay)
+    if o.name == "adamw":
+        return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay)
+    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
+
+
+class _Progress:
+    """A rich progress bar showing loss and steps/s, or nothing when disabled or not a terminal."""
+
+    def __init__(self, enabled: bool, total: int, start: int) -> None:
+        self.bar: Any = None
+        self._last = 0.0
+        if not (enabled and sys.stderr.isatty()):
+            return
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.bar = Progress(
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("loss {task.fields[loss]}  {task.fields[rate]} step/s"),
+            TimeRemainingColumn(),
+            console=Console(file=sys.stderr),
+            transient=False,
+        )
+        self.task = self.bar.add_task("train", total=total, completed=start, loss="-", rate="-")
+        self.bar.start()
+        self._t0, self._s0 = time.perf_counter(), start
+
+    def update(self, step: int, loss: float | None, force: bool = False) -> None:
+        if self.bar is None:
+            return
+        now = time.perf_counter()
+        if not force and now - self._last < 0.2:
+            return
+        self._last = now
+        rate = (step - self._s0) / max(now - self._t0, 1e-9)
+        fields: dict[str, Any] = {"rate": f"{rate:.1f}"}
+        if loss is not None:
+            fields["loss"] = f"{loss:.4f}"
+        self.bar.update(self.task, completed=step, **fields)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+class _SignalCatcher:
+    """Turn SIGINT/SIGTERM into a flag checked at step boundaries; restore the old handlers on exit.
+
+    A second SIGINT while the first is pending raises ``KeyboardInterrupt`` at once.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def __enter__(self) -> _SignalCatcher:
+        if self.enabled:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.getsignal(sig)
+                signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old.clear()
+
+
+def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # a line cut by a crash
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+            rows.append(row)
+    return rows
+
+
+def _call_loss(loss_fn: LossFn, model: nn.Module, batch: Any) -> tuple[Tensor, dict[str, float]]:
+    out = loss_fn(model, batch)
+    if isinstance(out, tuple):
+        loss, logs = out
+    else:
+        loss, logs = out, {}
+    if not isinstance(loss, Tensor) or loss.ndim != 0:
+        raise ValueError(
+            f"loss_fn must return a scalar tensor (optionally with a logs dict), got {type(loss).__name__}"
+        )
+    return loss.float(), logs
+
+
+def fit(
+    model: nn.Module,
+    loss_fn: LossFn,
+    batch_at: Callable[[int], Any],
+    config: TrainConfig,
+    *,
+    out_dir: str | Path | None = None,
+    resume: bool = False,
+    eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
+    on_step: Callable[[nn.Module, int, Tensor], None] | None = None,
+) -> TrainResult:
+    """Train ``model`` for ``config.steps`` optimiser steps.
+
+    Step ``s`` (0-based) draws ``batch_at(s)``, moves it to the device, computes
+    ``loss_fn(model, batch)`` under autocast (``config.precision``) and casts it to fp32, then
+    backward (with a grad scaler for fp16), optional global-norm clipping, the optimiser step at
+    learning rate ``lr * lr_factor(s)`` (warm-up + constant/cosine), and ``on_step(model, s + 1, loss)``.
+    Every ``log_every`` steps and at the last, a row ``{"step", "loss" (mean since the previous row),
+    "lr", **logs, "eval/<k>"}`` is appended to ``out_dir/metrics.jsonl``; ``eval_fn`` runs (under
+    ``torch.no_grad`` in eval mode) every ``eval_every`` steps and at the end.
+
+    Checkpoints go to ``out_dir`` every ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM
+    (at the end of the running step; then SIGINT raises ``KeyboardInterrupt`` and SIGTERM is passed
+    on to the previous handler). With ``resume=True`` the newest good checkpoint in ``out_dir`` is
+    loaded (RNG states included), ``metrics.jsonl`` is cut back to its step, and training continues;
+    with no checkpoint there it starts afresh.
+
+    Args:
+        model: every trainable parameter (a learnable temperature included) must belong to it.
+        loss_fn: ``(model, batch) -> loss`` or ``(loss, {name: float})``.
+        batch_at: a pure function of the 0-based step returning the batch (tensors, or
+            tuples/lists/dicts of them), e.g. seeded by :func:`contrastlab.train.step_generator`.
+        config: the loop's settings.
+        out_dir: where ``metrics.jsonl`` and checkpoints go (None: nothing is written).
+        resume: continue from the newest checkpoint in ``out_dir``.
+        eval_fn: ``(model, step) -> {metric: float}``.
+        on_step: called after each optimiser step with ``(model, step, loss)``.
+
+    Returns:
+        A :class:`TrainResult`; the model is in eval mode.
+
+    Raises:
+        ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed,
+            ``device`` unavailable, or a loss that is not a scalar tensor.
+        contrastlab.train.CheckpointError: checkpoint files exist but none loads.
+        KeyboardInterrupt: on SIGINT, after the checkpoint is written.
+    """
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    if resume and out_dir is None:
+        raise ValueError("resume=True needs out_dir (the directory holding the checkpoint)")
+    t_start = time.perf_counter()
+    device = resolve_device(config.device)
+    out = Path(out_dir) if out_dir is not None else None
+    metrics_path = out / METRICS_NAME if out is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+
+    _seed_everything(config.seed)
+    model.to(device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no trainable parameters")
+    optimizer = _make_optimizer(params, config)
+    schedule = LRSchedule(
+        optimizer,
+        total_steps=config.steps,
+        warmup_steps=config.optim.warmup_steps,
+        schedule=config.optim.schedule,
+    )
+    use_scaler = config.precision == "fp16"
+    scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
+    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+    identity = {"seed": config.seed, "optim": to_dict(config.optim), "precision": config.precision}
+
+    start = 0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    loss_count = 0
+    history: list[dict[str, Any]] = []
+    if resume and out is not None:
+        state = latest_checkpoint(out, map_location=device)
+        if state is not None:
+            for key, value in identity.items():
+                saved = state.get("identity", {}).get(key)
+                if saved != value:
+                    raise ValueError(
+                        f"config.{key} differs from the checkpoint in {out} ({value!r} vs {saved!r}); "
+                        "resume with the config the run started with"
+                    )
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            schedule.load_state_dict(state["schedule"])
+            if use_scaler and state.get("scaler"):
+                scaler.load_state_dict(state["scaler"])
+            restore_rng(state["rng"])
+            start = int(state["step"])
+            loss_sum = state["loss_sum"].to(device=device, dtype=torch.float64)
+            loss_count = int(state["loss_count"])
+            assert metrics_path is not None
+            history = _read_metrics(metrics_path, start)
+            write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
+    if start == 0 and metrics_path is not None:
+        write_text_atomic(metrics_path, "")
+
+    def checkpoint(step: int) -> None:
+        if out is None:
+            return
+        state = {
+            "format": 1,
+            "step": step,
+            "identity": identity,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "schedule": schedule.state_dict(),
+            "scaler": scaler.state_dict() if use_scaler else {},
+            "rng": capture_rng(),
+            "loss_sum": loss_sum.detach().cpu(),
+            "loss_count": loss_count,
+        }
+        save_checkpoint(state, out)
+
+    def run_eval(step: int) -> dict[str, float]:
+        if eval_fn is None:
+            return {}
+        model.eval()
+        with torch.no_grad():
+            result = eval_fn(model, step)
+        model.train()
+        return {k: float(v) for k, v in result.items()}
+
+    @contextlib.contextmanager
+    def metrics_file() -> Iterator[Any]:
+        if metrics_path is None:
+            yield None
+            return
+        with open(metrics_path, "a", encoding="utf-8") as f:
+            yield f
+
+    final_eval: dict[str, float] = {}
+    progress = _Progress(config.progress, config.steps, start)
+    last_loss: float | None = None
+    model.train()
+    try:
+        with _SignalCatcher(out is not None) as signals, metrics_file() as mfile:
+            for step in range(start, config.steps):
+                lr = schedule.apply(step)
+                batch = _to_device(batch_at(step), device)
+                with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                    loss, logs = _call_loss(loss_fn, model, batch)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(loss).backward()
+                grad_norm: Tensor | None = None
+                if config.optim.grad_clip is not None:
+                    scaler.unscale_(optimizer)
+                    grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
+                scaler.step(optimizer)
+                scaler.update()
+                done = step + 1
+                loss_sum += loss.detach()
+                loss_count += 1
+                if on_step is not None:
+                    on_step(model, done, loss.detach())
+
+                row: dict[str, Any] = {}
+                if done % config.log_every == 0 or done == config.steps:
+                    mean_loss = float(loss_sum) / loss_count
+                    if not math.isfinite(mean_loss):
+                        raise FloatingPointError(
+                            f"loss is {mean_loss} at step {done}; lower optim.lr or use fp32"
+                        )
+                    row = {"step": done, "loss": mean_loss, "lr": lr}
+                    if grad_norm is not None:
+                        row["grad_norm"] = float(grad_norm)
+                    row.update({k: float(v) for k, v in logs.items()})
+                    loss_sum.zero_()
+                    loss_count = 0
+                    last_loss = mean_loss
+                if done == config.steps or (config.eval_every and done % config.eval_every == 0):
+                    ev = run_eval(done)
+                    if done == config.steps:
+                        final_eval = ev
+                    row.update({f"eval/{k}": v for k, v in ev.items()})
+                    row.setdefault("step", done)
+                if row:
+                    history.append(row)
+                    if mfile is not None:
+                        mfile.write(json.dumps(row) + "\n")
+                        mfile.flush()
+                progress.update(done, last_loss, force=bool(row))
+
+                if signals.received is not None:
+                    checkpoint(done)
+                    break
+                if done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0):
+                    checkpoint(done)
+            if start >= config.steps and eval_fn is not None:  # resumed a finished run: evaluate again
+                final_eval = run_eval(start)
+    finally:
+        progress.close()
+    if signals.received is not None:
+        if signals.received == signal.SIGINT:
+            raise KeyboardInterrupt
+        signal.raise_signal(signals.received)
+        raise SystemExit(128 + signals.received)
+    model.eval()
+    return TrainResult(
+        model=model,
+        history=history,
+        final_eval=final_eval,
+        steps=max(config.steps, start),
+        seconds=time.perf_counter() - t_start,
+        resumed_from=start,
+    )

@@ -1,0 +1,106 @@
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from contrastlab.train import (
+    ConfigError,
+    OptimConfig,
+    TrainConfig,
+    apply_overrides,
+    dump_config,
+    from_dict,
+    to_dict,
+)
+from contrastlab.train.dataconf import field_docs, load_config_file, parse_overrides
+
+
+@dataclass(frozen=True)
+class Inner:
+    widths: tuple[int, ...] = (8, 8)
+    """hidden widths"""
+    scale: float | None = None
+    """optional scale"""
+
+
+@dataclass(frozen=True)
+class Outer:
+    name: str = "x"
+    """a name"""
+    inner: Inner = field(default_factory=Inner)
+    """nested"""
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".toml", ".json"])
+def test_round_trip_through_files(tmp_path: Path, suffix: str) -> None:
+    cfg = TrainConfig(steps=7, precision="bf16", optim=OptimConfig(lr=0.5, grad_clip=1.5, schedule="cosine"))
+    dump_config(cfg, tmp_path / f"c{suffix}")
+    assert from_dict(TrainConfig, load_config_file(tmp_path / f"c{suffix}")) == cfg
+    nested = Outer(inner=Inner(widths=(3, 4, 5), scale=None))
+    dump_config(nested, tmp_path / f"n{suffix}")
+    assert from_dict(Outer, load_config_file(tmp_path / f"n{suffix}")) == nested
+
+
+def test_unknown_keys_are_errors_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"^optim\.lrr is not a field of OptimConfig"):
+        from_dict(TrainConfig, {"optim": {"lrr": 0.1}})
+    with pytest.raises(ConfigError, match=r"^stepz"):
+        from_dict(TrainConfig, {"stepz": 3})
+
+
+def test_ill_typed_and_out_of_range_values_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"^optim\.lr must be a float, got str"):
+        from_dict(TrainConfig, {"optim": {"lr": "fast"}})
+    with pytest.raises(ConfigError, match=r"^steps must be an int"):
+        from_dict(TrainConfig, {"steps": 2.5})
+    with pytest.raises(ConfigError, match=r"^progress must be a bool"):
+        from_dict(TrainConfig, {"progress": "yes"})
+    with pytest.raises(ConfigError, match=r"^optim\.lr must be > 0"):
+        from_dict(TrainConfig, {"optim": {"lr": -1}})
+    with pytest.raises(ConfigError, match=r"^precision must be one of"):
+        TrainConfig(precision="fp8")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^inner\.widths\[1\] must be an int"):
+        from_dict(Outer, {"inner": {"widths": [1, "a"]}})
+
+
+def test_ints_become_floats_and_lists_tuples() -> None:
+    cfg = from_dict(TrainConfig, {"optim": {"lr": 1}})
+    assert isinstance(cfg.optim.lr, float)
+    assert from_dict(Outer, {"inner": {"widths": [1, 2]}}).inner.widths == (1, 2)
+    assert to_dict(Outer())["inner"]["widths"] == [8, 8]
+
+
+def test_command_line_overrides() -> None:
+    over = parse_overrides(
+        ["--optim.lr", "0.2", "--steps=9", "--optim.grad-clip", "none", "--progress", "false"]
+    )
+    cfg = apply_overrides(TrainConfig(), over)
+    assert (cfg.optim.lr, cfg.steps, cfg.optim.grad_clip, cfg.progress) == (0.2, 9, None, False)
+    assert apply_overrides(Outer(), {"inner.widths": "4,5", "inner.scale": "1e-3"}).inner == Inner(
+        (4, 5), 1e-3
+    )
+    with pytest.raises(ConfigError, match=r"^optim\.nope is not a field"):
+        apply_overrides(TrainConfig(), {"optim.nope": "1"})
+    with pytest.raises(ConfigError, match=r"^steps must be an int"):
+        apply_overrides(TrainConfig(), {"steps": "many"})
+    with pytest.raises(ConfigError, match="needs a value"):
+        parse_overrides(["--steps"])
+    with pytest.raises(ConfigError, match="expected an override"):
+        parse_overrides(["steps", "3"])
+
+
+def test_config_files_that_do_not_parse(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("steps = = 3")
+    with pytest.raises(ConfigError, match="bad.toml does not parse"):
+        load_config_file(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config_file(tmp_path / "missing.yaml")
+    (tmp_path / "c.ini").write_text("")
+    with pytest.raises(ConfigError, match=".yaml"):
+        load_config_file(tmp_path / "c.ini")
+
+
+def test_field_docs_reads_docstrings() -> None:
+    docs = field_docs(OptimConfig)
+    assert docs["lr"].startswith("peak learning rate") and set(docs) == {f for f in to_dict(OptimConfig())}

@@ -1,0 +1,161 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from _tiny_run import CONFIG, STEPS, batch_at, eval_fn, loss_fn, make_model
+
+from contrastlab.train import CheckpointError, TrainConfig, fit, latest_checkpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _assert_same_params(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    pa, pb = _params(a), _params(b)
+    assert pa.keys() == pb.keys()
+    for k in pa:
+        assert torch.equal(pa[k], pb[k]), k  # bit for bit
+
+
+def _metrics(d: Path) -> list[dict]:
+    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory):
+    d = tmp_path_factory.mktemp("ref")
+    result = fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=d, eval_fn=eval_fn)
+    return result, d
+
+
+def test_fit_logs_rows_evals_and_returns_eval_mode(reference) -> None:
+    result, d = reference
+    assert result.steps == STEPS and not result.model.training
+    rows = _metrics(d)
+    assert rows == result.history
+    assert [r["step"] for r in rows] == list(range(2, STEPS + 1, 2))
+    assert all({"loss", "lr", "align", "grad_norm"} <= r.keys() for r in rows)
+    assert [r["step"] for r in rows if "eval/norm" in r] == [10, 20, 30]
+    assert result.final_eval.keys() == {"norm", "rand"}
+    assert (d / "checkpoint.pt").exists() and (d / "checkpoint.prev.pt").exists()
+    assert latest_checkpoint(d)["step"] == STEPS
+
+
+def test_determinism_under_seed(reference) -> None:
+    again = fit(make_model(), loss_fn, batch_at, CONFIG, eval_fn=eval_fn)
+    _assert_same_params(again.model, reference[0].model)
+    assert again.history == reference[0].history
+    other = fit(make_model(), loss_fn, batch_at, replace(CONFIG, seed=4), eval_fn=eval_fn)
+    assert other.history[0]["loss"] != reference[0].history[0]["loss"]  # the seed reaches the loss's RNG
+
+
+def test_sigint_saves_checkpoint_restores_handler_and_resume_is_exact(reference, tmp_path: Path) -> None:
+    def interrupt(model: torch.nn.Module, step: int, loss: torch.Tensor) -> None:
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt):
+        fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, eval_fn=eval_fn, on_step=interrupt)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert latest_checkpoint(tmp_path)["step"] == 13  # saved at the end of the interrupted step
+    resumed = fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True, eval_fn=eval_fn)
+    assert resumed.resumed_from == 13
+    _assert_same_params(resumed.model, reference[0].model)
+    assert _metrics(tmp_path) == _metrics(reference[1])
+    assert resumed.history == reference[0].history and resumed.final_eval == reference[0].final_eval
+
+
+def test_sigkill_subprocess_then_resume_is_bit_identical(reference, tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).parent / "_tiny_run.py"), str(tmp_path), "19"],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    assert latest_checkpoint(tmp_path)["step"] == 15
+    assert max(r["step"] for r in _metrics(tmp_path)) == 18  # rows past the checkpoint: cut on resume
+    resumed = fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True, eval_fn=eval_fn)
+    _assert_same_params(resumed.model, reference[0].model)
+    assert _metrics(tmp_path) == _metrics(reference[1])
+
+
+def test_truncated_checkpoint_falls_back_to_previous(reference, tmp_path: Path) -> None:
+    cfg = replace(CONFIG, steps=10)
+    fit(make_model(), loss_fn, batch_at, cfg, out_dir=tmp_path)  # checkpoints at 5 (prev) and 10
+    latest = tmp_path / "checkpoint.pt"
+    latest.write_bytes(latest.read_bytes()[:200])
+    with pytest.warns(RuntimeWarning, match="checkpoint.pt"):
+        state = latest_checkpoint(tmp_path)
+    assert state["step"] == 5
+    assert (tmp_path / "checkpoint.prev.pt").exists()  # the good one is kept
+    resumed = fit(
+        make_model(), loss_fn, batch_at, replace(CONFIG, steps=STEPS), out_dir=tmp_path, resume=True
+    )
+    assert resumed.resumed_from == 5
+
+
+def test_all_checkpoints_corrupt_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="checkpoint.pt"):
+        fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True)
+
+
+class Evil:
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_weights_only_refuses_arbitrary_pickles(tmp_path: Path) -> None:
+    torch.save({"step": 1, "model": {}, "payload": Evil()}, tmp_path / "checkpoint.pt")
+    with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="unsafe"):
+        latest_checkpoint(tmp_path)
+
+
+def test_resume_with_a_different_optimiser_is_refused(tmp_path: Path) -> None:
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=5), out_dir=tmp_path)
+    other = replace(CONFIG, optim=replace(CONFIG.optim, lr=1e-2))
+    with pytest.raises(ValueError, match="config.optim"):
+        fit(make_model(), loss_fn, batch_at, other, out_dir=tmp_path, resume=True)
+
+
+def test_resume_without_checkpoint_starts_fresh_and_needs_out_dir(tmp_path: Path) -> None:
+    r = fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=4), out_dir=tmp_path, resume=True)
+    assert r.resumed_from == 0 and r.steps == 4
+    with pytest.raises(ValueError, match="out_dir"):
+        fit(make_model(), loss_fn, batch_at, CONFIG, resume=True)
+
+
+def test_bad_loss_and_config_are_named() -> None:
+    with pytest.raises(ValueError, match="loss_fn"):
+        fit(make_model(), lambda m, b: m(b[0]), batch_at, replace(CONFIG, steps=1))
+    with pytest.raises(TypeError, match="config"):
+        fit(make_model(), loss_fn, batch_at, {"steps": 3})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_runs_with_fp32_loss(precision: str) -> None:
+    seen = []
+
+    def probe(model: torch.nn.Module, step: int, loss: torch.Tensor) -> None:
+        seen.append(loss.dtype)
+
+    cfg = TrainConfig(steps=6, log_every=3, progress=False, precision=precision)
+    r = fit(make_model(), loss_fn, batch_at, cfg, on_step=probe)
+    assert set(seen) == {torch.float32}
+    assert all(torch.isfinite(torch.tensor(row["loss"])) for row in r.history)
