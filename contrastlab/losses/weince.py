@@ -314,7 +314,9 @@ def anchor_tail_stats(
     if not isinstance(neg_sims, Tensor):
         raise TypeError(f"neg_sims must be a torch.Tensor, got {type(neg_sims).__name__}")
     if not neg_sims.is_floating_point() or neg_sims.ndim != 2 or neg_sims.numel() == 0:
-        raise ValueError(f"neg_sims must be a non-empty floating (R, K) tensor, got {neg_sims.dtype} {tuple(neg_sims.shape)}")
+        raise ValueError(
+            f"neg_sims must be a non-empty floating (R, K) tensor, got {neg_sims.dtype} {tuple(neg_sims.shape)}"
+        )
     if bool(torch.isnan(neg_sims).any()) or bool((neg_sims == float("inf")).any()):
         raise ValueError("neg_sims contains NaN or +Inf entries")
     counts = torch.isfinite(neg_sims).sum(dim=1)
@@ -337,7 +339,9 @@ def anchor_tail_stats(
 
 
 @torch.no_grad()
-def global_tail_beta(neg_values: Tensor, *, tail_frac: float = 0.05, min_tail: int = 1024, eps: float = 1e-6) -> tuple[float, float] | None:
+def global_tail_beta(
+    neg_values: Tensor, *, tail_frac: float = 0.05, min_tail: int = 1024, eps: float = 1e-6
+) -> tuple[float, float] | None:
     """The official code's batch-level Weibit shape estimate (``_estimate_weib_beta_from_tail``).
 
     OLS of log F̂ on log δ over the k_tail = min(int(max(min_tail, tail_frac·K)), K) smallest
@@ -512,7 +516,10 @@ def weince(
     check_choice("beta_mode", beta_mode, BETA_MODES)
     check_choice("reduction", reduction, REDUCTIONS)
     _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
-    if fixed_lambda is not None and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0:
+    if (
+        fixed_lambda is not None
+        and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0
+    ):
         raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
     _check_int("aux_top_m", aux_top_m, minimum=0)
     check_positive_float("aux_weight", aux_weight, allow_zero=True)
@@ -600,7 +607,9 @@ def weince(
             w_logits = torch.cat([pos_cos.unsqueeze(1), hard], dim=1)  # (R, 1 + M)
             w_logits = beta_t * _weibit(w_logits, eps)
             p_logits = torch.cat([pos_pl.unsqueeze(1), hard * inv_t], dim=1)
-            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (
+                torch.logsumexp(p_logits, dim=1) - p_logits[:, 0]
+            )
             loss = loss + aux_weight * aux
 
     out = check_finite_loss(reduce(loss, reduction), "z_a/z_b")
@@ -656,8 +665,16 @@ class WEINCELoss(nn.Module):
         self.beta_mode = check_choice("beta_mode", beta_mode, BETA_MODES)
         _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
         self.q, self.tail_frac, self.min_tail = float(q), float(tail_frac), min_tail
-        self.kappa_rho, self.kappa_aic, self.margin, self.eps = float(kappa_rho), float(kappa_aic), float(margin), float(eps)
-        if fixed_lambda is not None and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0:
+        self.kappa_rho, self.kappa_aic, self.margin, self.eps = (
+            float(kappa_rho),
+            float(kappa_aic),
+            float(margin),
+            float(eps),
+        )
+        if (
+            fixed_lambda is not None
+            and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0
+        ):
             raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
         self.fixed_lambda = fixed_lambda
         self.aux_top_m = _check_int("aux_top_m", aux_top_m, minimum=0)
