@@ -260,8 +260,9 @@ def _top_values(x: Tensor, k: int, exclude: Tensor | None = None) -> Tensor:
 
 @functools.lru_cache(maxsize=64)
 def _tail_design(k_tail: int, eps: float, device: torch.device) -> tuple[Tensor, float, int]:
-    """The responses of the two tail fits, which depend only on k_tail: centred [y_W, y_G] ``(n, 2)``
-    (float64), Σ(y_W − ȳ_W)² and the burn-in.
+    """The responses of the two tail fits, which depend only on k_tail.
+
+    Returns centred [y_W, y_G] ``(n, 2)`` (float64), Σ(y_W − ȳ_W)² and the burn-in.
     """
     burn = max(1, k_tail // 20)
     k = torch.arange(burn + 1, k_tail + 1, dtype=torch.float64)
@@ -512,7 +513,7 @@ class _MixedCrossEntropy(torch.autograd.Function):
         lse = torch.logsumexp(logits, dim=1)
         loss = lse - logits.gather(1, pos_index.unsqueeze(1)).squeeze(1)
         # d logits / d(s/τ) = (1 − λ) + λβτ/(1 − s), with 1/(1 − s) := 0 where s was clamped (u set to inf).
-        torch.nn.functional.threshold_(u, u_min, float("inf"))
+        torch.threshold_(u, u_min, float("inf"))
         d_pl = torch.addcdiv(one_minus_lam, lam_beta * tau, u)
         ctx.save_for_backward(logits, lse, d_pl, pos_index)
         return loss
