@@ -23,6 +23,7 @@ from contrastlab._checks import (
     check_same_device,
     compute_dtype,
 )
+from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
@@ -62,6 +63,7 @@ def nt_xent(
     temperature: TemperatureLike = 0.5,
     normalize: bool = True,
     reduction: str = "mean",
+    chunk_size: int | None = None,
 ) -> Tensor:
     """SimCLR's NT-Xent loss.
 
@@ -72,6 +74,9 @@ def nt_xent(
         normalize: cosine similarity (``True``, SimCLR) or raw dot products.
         reduction: ``"mean"`` (over the 2N views), ``"sum"`` or ``"none"`` (shape ``(2N,)``, views of
             ``z_a`` first).
+        chunk_size: ``None`` computes the 2N × 2N logits densely when they and their gradient fit in
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled otherwise; an int forces
+            the tiled kernel with that tile side (see :func:`contrastlab.losses.info_nce`).
 
     Returns:
         The loss (float32, or float64 for float64 inputs).
@@ -92,18 +97,35 @@ def nt_xent(
     check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    chunk_size = tiled.check_chunk_size(chunk_size)
     dtype = compute_dtype(z_a, z_b)
     inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
-    logits, pos_index = nt_xent_logits(z_a.to(dtype), z_b.to(dtype), inv_t, normalize=normalize)
-    pos = logits.gather(1, pos_index.unsqueeze(1)).squeeze(1)
-    loss = torch.logsumexp(logits, dim=1) - pos
+    n = z_a.shape[0]
+    k = torch.cat([z_a.to(dtype), z_b.to(dtype)], dim=0)  # (2N, D): views a, then views b
+    if normalize:
+        k = l2_normalize(k)
+    q = k * inv_t
+    pos = (q * k.roll(n, dims=0)).sum(dim=1)  # row i's partner view is row (i + N) mod 2N
+    itemsize = torch.finfo(dtype).bits // 8
+    block = tiled.plan_chunk_size(2 * n, 2 * n, itemsize, chunk_size, tiled.DENSE_MEMORY_BUDGET_BYTES)
+    if block is None:
+        lse = tiled.dense_row_lse(q, k, exclude_diagonal=True)  # a view is never its own candidate
+    else:
+        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)[0]
+    loss = lse - pos
     return check_finite_loss(reduce(loss, reduction), "z_a/z_b")
 
 
 class NTXentLoss(nn.Module):
     """Module form of :func:`nt_xent`; hyperparameters are validated at construction."""
 
-    def __init__(self, temperature: TemperatureLike = 0.5, normalize: bool = True, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: TemperatureLike = 0.5,
+        normalize: bool = True,
+        reduction: str = "mean",
+        chunk_size: int | None = None,
+    ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
             temperature = check_positive_float("temperature", temperature)
@@ -112,7 +134,15 @@ class NTXentLoss(nn.Module):
             raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""
-        return nt_xent(z_a, z_b, temperature=self.temperature, normalize=self.normalize, reduction=self.reduction)
+        return nt_xent(
+            z_a,
+            z_b,
+            temperature=self.temperature,
+            normalize=self.normalize,
+            reduction=self.reduction,
+            chunk_size=self.chunk_size,
+        )

@@ -361,9 +361,7 @@ def fit(
                 if done % config.log_every == 0 or done == config.steps:
                     mean_loss = float(loss_sum) / loss_count
                     if not math.isfinite(mean_loss):
-                        raise FloatingPointError(
-                            f"loss is {mean_loss} at step {done}; lower optim.lr or use fp32"
-                        )
+                        raise FloatingPointError(f"loss is {mean_loss} at step {done}; lower optim.lr or use fp32")
                     row = {"step": done, "loss": mean_loss, "lr": lr}
                     if grad_norm is not None:
                         row["grad_norm"] = float(grad_norm)

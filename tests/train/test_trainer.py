@@ -104,9 +104,7 @@ def test_truncated_checkpoint_falls_back_to_previous(reference, tmp_path: Path) 
         state = latest_checkpoint(tmp_path)
     assert state["step"] == 5
     assert (tmp_path / "checkpoint.prev.pt").exists()  # the good one is kept
-    resumed = fit(
-        make_model(), loss_fn, batch_at, replace(CONFIG, steps=STEPS), out_dir=tmp_path, resume=True
-    )
+    resumed = fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=STEPS), out_dir=tmp_path, resume=True)
     assert resumed.resumed_from == 5
 
 
