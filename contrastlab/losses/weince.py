@@ -48,8 +48,9 @@ Differences between the paper's text (the defaults here) and the official code, 
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
   slope 1/(1 − s), and the code's clamp s ≤ 1 − 1e-6 needs more than bf16's 8 bits.
 
-With λ ≡ 0 (``fixed_lambda=0``) the loss is NT-Xent bit for bit; with explicit ``negatives`` it is
-``info_nce`` (up to the last bits).
+With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by ``nt_xent`` /
+``info_nce`` themselves, so it equals them bit for bit; the mixing code with a vanishing λ agrees
+with them to rounding (tested).
 """
 
 from __future__ import annotations
@@ -78,7 +79,8 @@ from contrastlab.losses._common import (
     reduce,
     resolve_inverse_temperature,
 )
-from contrastlab.losses.nt_xent import nt_xent_logits
+from contrastlab.losses.info_nce import info_nce
+from contrastlab.losses.nt_xent import nt_xent, nt_xent_logits
 
 __all__ = [
     "weince",
@@ -658,7 +660,9 @@ def weince(
             with torch.no_grad():  # the negatives alone, −inf elsewhere
                 neg_only = logits_pl.detach() * tau_det
                 neg_only[torch.arange(neg_only.shape[0], device=device), pos_index] = float("-inf")
-            estimate = global_tail_beta(neg_only, tail_frac=global_beta.tail_frac, min_tail=global_beta.min_tail, eps=eps)
+            estimate = global_tail_beta(
+                neg_only, tail_frac=global_beta.tail_frac, min_tail=global_beta.min_tail, eps=eps
+            )
             beta_t = update_beta_ema(beta_prev, estimate, global_beta)
         if beta_mode == "per_anchor":
             beta = tail.beta_hat.to(dtype)
@@ -669,8 +673,15 @@ def weince(
             beta = torch.full_like(lam, beta_t)
 
         lam_c, lam_beta = lam.unsqueeze(1), (lam * beta).unsqueeze(1)  # (R, 1): stop-gradient constants
-        if isinstance(inv_t, float):
-            loss = _MixedCrossEntropy.apply(logits_pl, pos_index, 1.0 - lam_c, lam_beta, tau_det, eps, negatives is None)
+        if not bool(lam.any()):  # λ ≡ 0: the loss is NT-Xent / InfoNCE; use their kernels (same numbers)
+            if negatives is None:
+                loss = nt_xent(z_a, z_b, temperature=temperature, reduction="none")
+            else:
+                loss = info_nce(z_a, z_b, negatives, temperature=temperature, reduction="none")
+        elif isinstance(inv_t, float):
+            loss = _MixedCrossEntropy.apply(
+                logits_pl, pos_index, 1.0 - lam_c, lam_beta, tau_det, eps, negatives is None
+            )
         else:  # a learnable τ: plain autograd (the Weibit term must not depend on τ through s/τ)
             loss = _mixed_cross_entropy_autograd(logits_pl, pos_index, lam_c, lam_beta, inv_t, eps, negatives is None)
 
@@ -680,7 +691,9 @@ def weince(
             top_idx = torch.topk(neg_only, k=m, dim=1).indices  # (R, M) hardest negatives
             p_logits = torch.cat([logits_pl.gather(1, pos_index.unsqueeze(1)), logits_pl.gather(1, top_idx)], dim=1)
             w_logits = beta_t * _weibit(p_logits / inv_t, eps)  # (R, 1 + M): [positive | M hardest], with gradient
-            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (
+                torch.logsumexp(p_logits, dim=1) - p_logits[:, 0]
+            )
             loss = loss + aux_weight * aux
 
     out = check_finite_loss(reduce(loss, reduction), "z_a/z_b")

@@ -99,6 +99,34 @@ def test_lambda_zero_is_nt_xent_bit_for_bit(n, tau, dtype):
         assert got.dtype == want.dtype and torch.equal(got, want)
 
 
+@pytest.mark.parametrize("tau", [0.5, 0.07])
+@pytest.mark.parametrize("negs", [None, "shared", "per_anchor"])
+def test_mixing_path_with_vanishing_lambda_matches_the_softmax_losses(tau, negs):
+    """λ = 1e-30 runs the Weibit-mixing code (not the λ ≡ 0 shortcut): loss and gradients are NT-Xent's
+    (InfoNCE's) to rounding."""
+    za, zb = _views(24, 8, seed=7, dtype=torch.float64)
+    g = torch.Generator().manual_seed(8)
+    n = None
+    if negs == "shared":
+        n = torch.randn(30, 8, generator=g, dtype=torch.float64)
+    elif negs == "per_anchor":
+        n = torch.randn(24, 9, 8, generator=g, dtype=torch.float64)
+    a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    got = weince(a, b, n, temperature=tau, fixed_lambda=1e-30, reduction="none")
+    a2, b2 = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    want = (
+        nt_xent(a2, b2, temperature=tau, reduction="none")
+        if n is None
+        else info_nce(a2, b2, n, temperature=tau, reduction="none")
+    )
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    w = torch.linspace(0.5, 1.5, got.shape[0], dtype=torch.float64)
+    for x, y in zip(
+        torch.autograd.grad((got * w).sum(), [a, b]), torch.autograd.grad((want * w).sum(), [a2, b2]), strict=True
+    ):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
 def test_huge_margin_drives_lambda_to_zero():
     za, zb = _views(32, 8, seed=1)
     loss, stats = weince(za, zb, margin=1e9, return_stats=True)
