@@ -32,14 +32,15 @@ from contrastlab._checks import (
     check_same_device,
     compute_dtype,
 )
+from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    l2_normalize,
     reduce,
     resolve_inverse_temperature,
 )
+from contrastlab.losses._common import distributed_world_size as _distributed_world_size
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
 
@@ -85,6 +86,8 @@ def info_nce(
     symmetric: bool = False,
     normalize: bool = True,
     reduction: str = "mean",
+    chunk_size: int | None = None,
+    gather: bool = False,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -98,6 +101,13 @@ def info_nce(
         symmetric: average both directions (anchor→positive and positive→anchor); in-batch only.
         normalize: L2-normalise rows first (cosine similarity); ``False`` uses raw dot products.
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses of shape ``(N,)``).
+        chunk_size: ``None`` computes densely when the N × K logits and their gradient fit in
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES` (1 GiB) and with the tiled,
+            memory-bounded kernel otherwise; an int forces the tiled kernel with that tile side
+            (memory O((N + K)·D + chunk_size²), any value ≥ 1). Both give the same numbers.
+        gather: under torch.distributed, contrast this rank's anchors with the candidates of every
+            rank (:func:`contrastlab.distributed.info_nce_gathered`: the result is this rank's share
+            of the global loss, with exact gradients); a no-op in one process.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -106,7 +116,7 @@ def info_nce(
     Raises:
         TypeError: non-tensor or non-floating inputs, non-bool ``symmetric``.
         ValueError: shape mismatch, empty inputs, NaN/Inf, τ ≤ 0, unknown variant/reduction, inputs
-            on different devices, or similarities that overflow with ``normalize=False``.
+            on different devices, ``chunk_size`` < 1, or similarities that overflow with ``normalize=False``.
 
     Examples:
         >>> a, p = torch.randn(8, 16), torch.randn(8, 16)
@@ -115,44 +125,68 @@ def info_nce(
         >>> info_nce(a, p, torch.randn(8, 5, 16), variant="dcl", reduction="none").shape
         torch.Size([8])
     """
+    if gather and _distributed_world_size() > 1:
+        from contrastlab.distributed import info_nce_gathered
+
+        kw = {"variant": variant, "symmetric": symmetric, "normalize": normalize, "reduction": reduction}
+        return info_nce_gathered(anchor, positive, negatives, temperature=temperature, **kw)
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    chunk_size = tiled.check_chunk_size(chunk_size)
     dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
     inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
+    itemsize = torch.finfo(dtype).bits // 8
+    budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
+    # q = a/(‖a‖τ): normalisation and the 1/τ scaling in one (N, D) pass; 1/τ stays in the autograd
+    # graph here (O(N·D)), so a learnable temperature gets its gradient on both paths.
     a = anchor.to(dtype)
-    p = positive.to(dtype)
+    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
+    k = positive.to(dtype)
     if normalize:
-        a, p = l2_normalize(a), l2_normalize(p)
-    # The 1/τ scaling goes on the (N, D) anchor, not on the N×K logits: one fewer full-size pass.
-    a_s = a * inv_t
+        k = tiled.normalize_scale(k)
+    pos = (q * k).sum(dim=1)  # (N,) positive logits (in-batch: the diagonal of the logit matrix)
+    n = q.shape[0]
 
     if negatives is None:
-        logits = a_s @ p.T  # (N, N): row i = anchor i against every positive; diagonal = positives
-        pos = logits.diagonal()
-        if variant == "dcl":
-            eye = torch.eye(logits.shape[0], dtype=torch.bool, device=logits.device)
-            masked = logits.masked_fill(eye, float("-inf"))
-            loss = torch.logsumexp(masked, dim=1) - pos
-            if symmetric:
-                loss = 0.5 * (loss + torch.logsumexp(masked, dim=0) - pos)
+        exclude = variant == "dcl"
+        block = tiled.plan_chunk_size(n, n, itemsize, chunk_size, budget)
+        if not symmetric:
+            if block is None:
+                lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos)
+            else:
+                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
+            loss = lse - pos
+        elif block is None:
+            logits = q @ k.T  # (N, N): row i = anchor i against every positive; diagonal = positives
+            eye = torch.eye(n, dtype=torch.bool, device=logits.device)
+            # The diagonal gets the (bit-identical) positive logits, or -inf for DCL, so that the
+            # loss LSE - pos is computed from one set of numbers (exactly >= 0 for InfoNCE).
+            logits = torch.where(eye, float("-inf") if exclude else pos.unsqueeze(1), logits)
+            # Column j = positive j as the anchor against every a_i (the transposed direction).
+            loss = 0.5 * (torch.logsumexp(logits, dim=1) + torch.logsumexp(logits, dim=0)) - pos
         else:
-            loss = torch.logsumexp(logits, dim=1) - pos
-            if symmetric:
-                # Column j = positive j as the anchor against every a_i (the transposed direction).
-                loss = 0.5 * (loss + torch.logsumexp(logits, dim=0) - pos)
+            row_lse, col_lse = tiled.tiled_lse_rows_cols(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
+            loss = 0.5 * (row_lse + col_lse) - pos
     else:
-        n_ = negatives.to(dtype)
+        negs = negatives.to(dtype)
         if normalize:
-            n_ = l2_normalize(n_)
-        pos = (a_s * p).sum(dim=1)  # (N,)
-        if n_.ndim == 2:
-            neg = a_s @ n_.T  # (N, M)
+            negs = tiled.normalize_scale(negs)
+        if negs.ndim == 2:
+            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk_size, budget)
+            if block is None:
+                neg_lse = tiled.dense_row_lse(q, negs)  # (N,) over the (N, M) logits
+            else:
+                neg_lse = tiled.tiled_lse(q, negs, block=block)
         else:
-            neg = torch.bmm(n_, a_s.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
-        neg_lse = torch.logsumexp(neg, dim=1)
+            block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk_size, budget)
+            if block is None:
+                neg = torch.bmm(negs, q.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
+                neg_lse = torch.logsumexp(neg, dim=1)
+            else:
+                neg_lse = tiled.tiled_per_anchor_lse(q, negs, block=block)
         loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
 
     out = reduce(loss, reduction)
@@ -178,6 +212,8 @@ class InfoNCELoss(nn.Module):
         symmetric: bool = False,
         normalize: bool = True,
         reduction: str = "mean",
+        chunk_size: int | None = None,
+        gather: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -191,6 +227,10 @@ class InfoNCELoss(nn.Module):
         self.symmetric = symmetric
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`info_nce` for shapes."""
@@ -203,6 +243,8 @@ class InfoNCELoss(nn.Module):
             symmetric=self.symmetric,
             normalize=self.normalize,
             reduction=self.reduction,
+            chunk_size=self.chunk_size,
+            gather=self.gather,
         )
 
     def extra_repr(self) -> str:

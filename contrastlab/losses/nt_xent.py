@@ -23,10 +23,12 @@ from contrastlab._checks import (
     check_same_device,
     compute_dtype,
 )
+from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    distributed_world_size,
     l2_normalize,
     reduce,
     resolve_inverse_temperature,
@@ -62,6 +64,8 @@ def nt_xent(
     temperature: TemperatureLike = 0.5,
     normalize: bool = True,
     reduction: str = "mean",
+    chunk_size: int | None = None,
+    gather: bool = False,
 ) -> Tensor:
     """SimCLR's NT-Xent loss.
 
@@ -72,6 +76,12 @@ def nt_xent(
         normalize: cosine similarity (``True``, SimCLR) or raw dot products.
         reduction: ``"mean"`` (over the 2N views), ``"sum"`` or ``"none"`` (shape ``(2N,)``, views of
             ``z_a`` first).
+        chunk_size: ``None`` computes the 2N × 2N logits densely when they and their gradient fit in
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled otherwise; an int forces
+            the tiled kernel with that tile side (see :func:`contrastlab.losses.info_nce`).
+        gather: under torch.distributed, use every rank's views as candidates
+            (:func:`contrastlab.distributed.nt_xent_gathered`, this rank's share of the global loss);
+            a no-op in one process.
 
     Returns:
         The loss (float32, or float64 for float64 inputs).
@@ -84,6 +94,10 @@ def nt_xent(
         >>> round(float(nt_xent(z, z, temperature=1e6)), 4)  # uniform logits: log(2N - 1)
         1.9459
     """
+    if gather and distributed_world_size() > 1:
+        from contrastlab.distributed import nt_xent_gathered
+
+        return nt_xent_gathered(z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction)
     check_embeddings("z_a", z_a, ndim=2)
     check_embeddings("z_b", z_b, ndim=2)
     if z_b.shape != z_a.shape:
@@ -92,18 +106,36 @@ def nt_xent(
     check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    chunk_size = tiled.check_chunk_size(chunk_size)
     dtype = compute_dtype(z_a, z_b)
     inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
-    logits, pos_index = nt_xent_logits(z_a.to(dtype), z_b.to(dtype), inv_t, normalize=normalize)
-    pos = logits.gather(1, pos_index.unsqueeze(1)).squeeze(1)
-    loss = torch.logsumexp(logits, dim=1) - pos
+    n = z_a.shape[0]
+    k = torch.cat([z_a.to(dtype), z_b.to(dtype)], dim=0)  # (2N, D): views a, then views b
+    if normalize:
+        k = l2_normalize(k)
+    q = k * inv_t
+    pos = (q * k.roll(n, dims=0)).sum(dim=1)  # row i's partner view is row (i + N) mod 2N
+    itemsize = torch.finfo(dtype).bits // 8
+    block = tiled.plan_chunk_size(2 * n, 2 * n, itemsize, chunk_size, tiled.DENSE_MEMORY_BUDGET_BYTES)
+    if block is None:
+        lse = tiled.dense_row_lse(q, k, exclude_diagonal=True)  # a view is never its own candidate
+    else:
+        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)
+    loss = lse - pos
     return check_finite_loss(reduce(loss, reduction), "z_a/z_b")
 
 
 class NTXentLoss(nn.Module):
     """Module form of :func:`nt_xent`; hyperparameters are validated at construction."""
 
-    def __init__(self, temperature: TemperatureLike = 0.5, normalize: bool = True, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        temperature: TemperatureLike = 0.5,
+        normalize: bool = True,
+        reduction: str = "mean",
+        chunk_size: int | None = None,
+        gather: bool = False,
+    ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
             temperature = check_positive_float("temperature", temperature)
@@ -112,7 +144,19 @@ class NTXentLoss(nn.Module):
             raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""
-        return nt_xent(z_a, z_b, temperature=self.temperature, normalize=self.normalize, reduction=self.reduction)
+        return nt_xent(
+            z_a,
+            z_b,
+            temperature=self.temperature,
+            normalize=self.normalize,
+            reduction=self.reduction,
+            chunk_size=self.chunk_size,
+            gather=self.gather,
+        )

@@ -1,0 +1,252 @@
+"""Helpers shared by the benchmark scripts: threads, timing, the matmul limit, peak RSS of a child process.
+
+The benchmarks are scripts, not tests: they print tables and are run by ``make bench``
+(``benchmarks/run_all.py``). Every loss under test does a forward and a backward pass of in-batch
+InfoNCE on (N, D) anchors and positives, and is compared with the *matmul limit*: the time of the three
+GEMMs that any exact forward + backward must do at that size (``S = Q Kᵀ``; ``∂Q = G K``; ``∂K = Gᵀ Q``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+DEFAULT_THREADS = 2
+#: Above this many N × M elements the GEMM limit is timed in row stripes (the full N × M matrix would
+#: not fit in memory); stripes of 2,048 rows keep each GEMM large and efficient.
+_STRIPE_ELEMENTS = 1 << 27
+_STRIPE_ROWS = 2048
+
+
+def set_threads(threads: int) -> None:
+    """Use ``threads`` intra-op threads here and in any child process started afterwards."""
+    torch.set_num_threads(threads)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+
+
+def machine() -> str:
+    """CPU model name and core count (from ``lscpu`` on Linux), torch version and threads."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("Model name:"):
+                model = line.split(":", 1)[1].strip()
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+def time_once(fn: Callable[[], object]) -> float:
+    """Wall time of one call, in seconds."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+    """Time every function ``repeats`` times, interleaved (A B C A B C …), after ``warmup`` rounds.
+
+    Interleaving spreads the load of a shared machine evenly over the competitors; callers report
+    the median of the returned times and their spread.
+    """
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            times[name].append(time_once(fn))
+    return times
+
+
+def median(xs: Sequence[float]) -> float:
+    """The median of ``xs``."""
+    return statistics.median(xs)
+
+
+def spread(xs: Sequence[float]) -> float:
+    """(max − min) / median: the relative noise of a set of repeats."""
+    m = statistics.median(xs)
+    return (max(xs) - min(xs)) / m if m > 0 else 0.0
+
+
+def matmul_limit_fn(n: int, d: int, m: int | None = None, *, seed: int = 0) -> tuple[Callable[[], None], float]:
+    """A function doing the three GEMMs of an exact forward + backward at size (N, M, D), and its scale.
+
+    Returns ``(fn, scale)``: the limit is ``scale × time(fn)``. Up to ``2**27`` logits the three GEMMs
+    are done at full size (``fn`` is the whole limit, ``scale = 1``). Beyond, the full N × M matrix does
+    not fit in memory, so ``fn`` does the three GEMMs of one stripe of 2,048 rows (the same flop rate
+    at these sizes) and ``scale = N / 2048``.
+    """
+    m = n if m is None else m
+    g = torch.Generator().manual_seed(seed)
+    full = n * m <= _STRIPE_ELEMENTS
+    rows = n if full else min(n, _STRIPE_ROWS)
+    q = torch.randn(rows, d, generator=g)
+    k = torch.randn(m, d, generator=g)
+    s = torch.empty(rows, m)
+    dq = torch.empty(rows, d)
+    dk = torch.empty(m, d)
+
+    def fn() -> None:
+        torch.mm(q, k.T, out=s)  # forward: the logits
+        torch.mm(s, k, out=dq)  # backward: ∂Q = G K
+        torch.mm(s.T, q, out=dk)  # backward: ∂K = Gᵀ Q
+
+    return fn, (1.0 if full else n / rows)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far, in bytes (Linux reports ``ru_maxrss`` in KiB)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss) * (1 if sys.platform == "darwin" else 1024)
+
+
+def current_rss_bytes() -> int:
+    """Current resident set size (from ``/proc/self/statm``; falls back to the peak elsewhere)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return peak_rss_bytes()
+
+
+def run_child(argv: list[str], timeout: float | None = None) -> dict:
+    """Run ``python argv…`` as a child process and parse the JSON object on its last stdout line.
+
+    A child killed by the kernel (out of memory) or failing returns ``{"error": "..."}``.
+    """
+    try:
+        proc = subprocess.run(
+            [sys.executable, *argv], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        why = "killed (out of memory?)" if proc.returncode < 0 else tail
+        return {"error": f"exit {proc.returncode}: {why}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def fmt_bytes(b: float | None) -> str:
+    """Bytes as MiB or GiB."""
+    if b is None:
+        return "—"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.0f} MiB"
+
+
+def fmt_time(s: float | None) -> str:
+    """Seconds with 3 significant digits (ms below one second)."""
+    if s is None:
+        return "—"
+    return f"{s * 1e3:.3g} ms" if s < 1 else f"{s:.3g} s"
+
+
+def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """Print a GitHub-markdown table."""
+    print(f"\n### {title}\n")
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "|".join("---" for _ in columns) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The losses under test: each maker returns a closure doing one forward + backward at size (N, D).
+# ----------------------------------------------------------------------------------------------------
+
+TEMPERATURE = 0.1
+#: Largest N each implementation is run at (their N × N logits and gradients, or PML's N³ pair
+#: tensors, grow past this machine's memory or patience); the tiled kernel runs at every size.
+MAX_N = {
+    "contrastlab dense": 16384,
+    "contrastlab tiled": 1 << 30,
+    "plain PyTorch": 16384,
+    "info-nce-pytorch": 16384,
+    "PML NTXentLoss": 256,
+}
+IMPLS = tuple(MAX_N)
+#: Implementations taking seconds per step even at the smallest size: timed twice, apart from the rest.
+SLOW_IMPLS = ("PML NTXentLoss",)
+
+
+def make_inputs(n: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Anchors and positives (N, D), leaf tensors requiring grad; positives correlated with anchors."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, d, generator=g)
+    p = a + 0.5 * torch.randn(n, d, generator=g)
+    return a.requires_grad_(), p.requires_grad_()
+
+
+def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = None) -> Callable[[], None]:
+    """One forward + backward of in-batch InfoNCE (cosine similarity, τ = 0.1) by ``impl``."""
+    import torch.nn.functional as F  # noqa: N812
+
+    from contrastlab.losses import info_nce, tiled
+
+    n = a.shape[0]
+    labels = torch.arange(n)
+    if impl == "contrastlab dense":
+        # chunk_size=None is dense up to the memory budget (N = 8,192); the benchmark compares the
+        # dense path beyond it too, so it calls the dense building blocks the loss itself uses.
+        def loss() -> torch.Tensor:
+            q = tiled.normalize_scale(a, 1.0 / TEMPERATURE)
+            k = tiled.normalize_scale(p)
+            pos = (q * k).sum(dim=1)
+            return (tiled.dense_row_lse(q, k, diagonal=pos) - pos).mean()
+
+        if n * n * 8 <= tiled.DENSE_MEMORY_BUDGET_BYTES:
+
+            def loss() -> torch.Tensor:  # the public API, which takes the same path at this size
+                return info_nce(a, p, temperature=TEMPERATURE)
+    elif impl == "contrastlab tiled":
+        chunk = block or tiled.DEFAULT_CHUNK_SIZE
+
+        def loss() -> torch.Tensor:
+            return info_nce(a, p, temperature=TEMPERATURE, chunk_size=chunk)
+    elif impl == "plain PyTorch":
+
+        def loss() -> torch.Tensor:
+            logits = F.normalize(a, dim=1) @ F.normalize(p, dim=1).T / TEMPERATURE
+            return F.cross_entropy(logits, labels)
+    elif impl == "info-nce-pytorch":
+        from info_nce import InfoNCE
+
+        fn = InfoNCE(temperature=TEMPERATURE)
+
+        def loss() -> torch.Tensor:
+            return fn(a, p)
+    elif impl == "PML NTXentLoss":
+        from pytorch_metric_learning.losses import NTXentLoss
+
+        fn = NTXentLoss(temperature=TEMPERATURE)
+        both = torch.cat([labels, labels])
+
+        def loss() -> torch.Tensor:  # SimCLR's 2N-view form: a different (larger) problem, shown for scale
+            return fn(torch.cat([a, p]), both)
+    else:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+    def step() -> None:
+        a.grad = None
+        p.grad = None
+        loss().backward()
+
+    return step
