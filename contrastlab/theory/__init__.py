@@ -14,6 +14,7 @@ from contrastlab.theory.bounds import (
     rademacher_bound,
     theorem1_terms,
 )
+from contrastlab.theory.diversity import check_theorem_4_5
 from contrastlab.theory.risk import MCEstimate, embed, empirical_risk, infonce_risk, tuple_loss
 from contrastlab.theory.search_ce import (
     empirical_model_kernel,
@@ -30,6 +31,7 @@ from contrastlab.theory.search_ce import (
 __all__ = [
     "MCEstimate",
     "b_tau",
+    "check_theorem_4_5",
     "concentration_term",
     "continuity_bound",
     "continuity_check",
