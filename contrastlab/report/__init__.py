@@ -1,1 +1,5 @@
-"""contrastlab.report."""
+"""contrastlab.report: ``report.md`` and a self-contained ``report.html`` from run folders."""
+
+from contrastlab.report.report import RunData, load_run, write_report
+
+__all__ = ["write_report", "load_run", "RunData"]

@@ -15,6 +15,7 @@ from contrastlab.train.dataconf import (
     load_config_file,
     to_dict,
 )
+from contrastlab.train.job import DATA_BUILDERS, DataSource, JobConfig, run_job
 from contrastlab.train.sampler import EpochSampler, step_generator
 from contrastlab.train.schedule import LRSchedule, lr_factor
 from contrastlab.train.trainer import TrainResult, fit, resolve_device
@@ -39,4 +40,8 @@ __all__ = [
     "apply_overrides",
     "load_config_file",
     "dump_config",
+    "JobConfig",
+    "DataSource",
+    "DATA_BUILDERS",
+    "run_job",
 ]

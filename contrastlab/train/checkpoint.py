@@ -42,7 +42,7 @@ class CheckpointError(RuntimeError):
 
 def capture_rng() -> dict[str, Any]:
     """The torch (CPU and CUDA), numpy and python RNG states as tensors and ints."""
-    np_state = np.random.get_state()
+    np_state: Any = np.random.get_state()
     py_version, py_state, py_gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
@@ -108,17 +108,13 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         state = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(
-            f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})"
-        ) from e
+        raise CheckpointError(f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})") from e
     if not isinstance(state, dict) or "step" not in state or "model" not in state:
         raise CheckpointError(f"checkpoint {p} is not a contrastlab training checkpoint (no 'step'/'model')")
     return state
 
 
-def latest_checkpoint(
-    directory: str | Path, *, map_location: str | torch.device = "cpu"
-) -> dict[str, Any] | None:
+def latest_checkpoint(directory: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
     """Load the newest good checkpoint in ``directory``, or ``None`` if there is none.
 
     If ``checkpoint.pt`` is corrupt, a warning names it, it is renamed to ``checkpoint.pt.corrupt``

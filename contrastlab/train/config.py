@@ -38,9 +38,7 @@ class OptimConfig:
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
         if self.momentum != 0 and self.name != "sgd":
-            raise ConfigError(
-                f"momentum applies to sgd only, got momentum={self.momentum} with name={self.name!r}"
-            )
+            raise ConfigError(f"momentum applies to sgd only, got momentum={self.momentum} with name={self.name!r}")
         if self.warmup_steps < 0:
             raise ConfigError(f"warmup_steps must be >= 0, got {self.warmup_steps}")
         if self.grad_clip is not None and self.grad_clip <= 0:

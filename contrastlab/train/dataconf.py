@@ -31,6 +31,7 @@ __all__ = [
     "load_config_file",
     "dump_config",
     "field_docs",
+    "describe_fields",
 ]
 
 T = TypeVar("T")
@@ -54,7 +55,7 @@ def _type_name(tp: Any) -> str:
         return "None"
     if origin in (tuple, list):
         return "a list"
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"a {tp.__name__} table"
     return {bool: "a bool", int: "an int", float: "a float", str: "a string"}.get(tp, str(tp))
 
@@ -160,9 +161,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, _prefix: str = "") -> T:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         if key not in names:
-            raise ConfigError(
-                f"{_prefix}{key} is not a field of {cls.__name__}; known fields: {', '.join(names)}"
-            )
+            raise ConfigError(f"{_prefix}{key} is not a field of {cls.__name__}; known fields: {', '.join(names)}")
         kwargs[key] = _convert(value, hints[key], _prefix + key)
     try:
         return cls(**kwargs)
@@ -192,9 +191,9 @@ def to_dict(obj: Any) -> dict[str, Any]:
 
 def _field_type(cls: type, dotted: str) -> Any:
     tp: Any = cls
-    walked = []
+    walked: list[str] = []
     for part in dotted.split("."):
-        if not dataclasses.is_dataclass(tp):
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
             raise ConfigError(f"{'.'.join(walked)} has no sub-fields (cannot set {dotted})")
         hints = _hints(tp)
         if part not in hints or part not in {f.name for f in dataclasses.fields(tp)}:
@@ -223,9 +222,7 @@ def _parse_text(text: str, tp: Any, path: str) -> Any:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         if origin in (tuple, list):  # comma-separated: 64,64
-            return [
-                _parse_text(t.strip(), args[0] if args else Any, path) for t in text.split(",") if t.strip()
-            ]
+            return [_parse_text(t.strip(), args[0] if args else Any, path) for t in text.split(",") if t.strip()]
         if origin in (Union, types.UnionType) and str in args:
             return text
         raise ConfigError(f"{path} must be {_type_name(tp)}, got {text!r}") from None
@@ -402,3 +399,30 @@ def field_docs(cls: type) -> dict[str, str]:
         ):
             docs[prev.target.id] = " ".join(node.value.value.split())
     return docs
+
+
+def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
+    """``(--dotted.name, default, doc)`` for every leaf field of a dataclass config, for ``--help``."""
+    import dataclasses as dc
+
+    rows: list[tuple[str, str, str]] = []
+    docs = field_docs(cls)
+    hints = _hints(cls)
+    for f in dc.fields(cls):
+        tp = hints.get(f.name)
+        default: Any = f.default
+        if f.default_factory is not dc.MISSING:
+            default = f.default_factory()
+        if dataclasses.is_dataclass(tp):
+            rows.extend(describe_fields(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
+            continue
+        shown = "required" if default is dc.MISSING else repr(to_dict_value(default))
+        rows.append((f"--{prefix}{f.name}", shown, docs.get(f.name, "")))
+    return rows
+
+
+def to_dict_value(v: Any) -> Any:
+    """A field value as it appears in a config file (tuples as lists)."""
+    if isinstance(v, tuple):
+        return [to_dict_value(x) for x in v]
+    return v

@@ -58,9 +58,7 @@ class LRSchedule:
 
     def apply(self, step: int) -> float:
         """Set the learning rates for update ``step``; return the first group's learning rate."""
-        f = lr_factor(
-            step, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.schedule
-        )
+        f = lr_factor(step, total_steps=self.total_steps, warmup_steps=self.warmup_steps, schedule=self.schedule)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * f
         return self.base_lrs[0] * f

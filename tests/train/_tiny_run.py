@@ -25,9 +25,7 @@ CONFIG = TrainConfig(
     eval_every=10,
     checkpoint_every=5,
     progress=False,
-    optim=OptimConfig(
-        name="adamw", lr=3e-3, weight_decay=0.01, warmup_steps=4, schedule="cosine", grad_clip=2.0
-    ),
+    optim=OptimConfig(name="adamw", lr=3e-3, weight_decay=0.01, warmup_steps=4, schedule="cosine", grad_clip=2.0),
 )
 
 
@@ -42,9 +40,7 @@ def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x + 0.1 * torch.randn(32, 6, generator=g)
 
 
-def loss_fn(
-    model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
-) -> tuple[torch.Tensor, dict[str, float]]:
+def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
     a = F.normalize(model(batch[0]), dim=1)
     p = F.normalize(model(batch[1]), dim=1)
     # global RNG use inside the step (dropout-like noise) makes the RNG checkpointing matter

@@ -71,14 +71,10 @@ def test_ints_become_floats_and_lists_tuples() -> None:
 
 
 def test_command_line_overrides() -> None:
-    over = parse_overrides(
-        ["--optim.lr", "0.2", "--steps=9", "--optim.grad-clip", "none", "--progress", "false"]
-    )
+    over = parse_overrides(["--optim.lr", "0.2", "--steps=9", "--optim.grad-clip", "none", "--progress", "false"])
     cfg = apply_overrides(TrainConfig(), over)
     assert (cfg.optim.lr, cfg.steps, cfg.optim.grad_clip, cfg.progress) == (0.2, 9, None, False)
-    assert apply_overrides(Outer(), {"inner.widths": "4,5", "inner.scale": "1e-3"}).inner == Inner(
-        (4, 5), 1e-3
-    )
+    assert apply_overrides(Outer(), {"inner.widths": "4,5", "inner.scale": "1e-3"}).inner == Inner((4, 5), 1e-3)
     with pytest.raises(ConfigError, match=r"^optim\.nope is not a field"):
         apply_overrides(TrainConfig(), {"optim.nope": "1"})
     with pytest.raises(ConfigError, match=r"^steps must be an int"):

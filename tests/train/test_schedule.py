@@ -15,9 +15,7 @@ def test_cosine_matches_closed_form() -> None:
     total, warm = 50, 10
     for s in range(total):
         expected = (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm)))
-        assert lr_factor(s, total_steps=total, warmup_steps=warm, schedule="cosine") == pytest.approx(
-            expected, abs=0
-        )
+        assert lr_factor(s, total_steps=total, warmup_steps=warm, schedule="cosine") == pytest.approx(expected, abs=0)
     assert lr_factor(warm, total_steps=total, warmup_steps=warm, schedule="cosine") == 1.0
     half = warm + (total - warm) // 2
     assert lr_factor(half, total_steps=total, warmup_steps=warm, schedule="cosine") == pytest.approx(0.5)

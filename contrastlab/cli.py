@@ -1,0 +1,366 @@
+"""The ``contrastlab`` command: ``train | eval | run | report | data | search``.
+
+Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
+field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
+prints one line, never a traceback; set ``CONTRASTLAB_DEBUG=1`` to see tracebacks of failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+__all__ = ["main", "UsageError", "DATA_FILES"]
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A mistake in the command line or its inputs; reported as one line with exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports errors as one line (exit 2) instead of usage + message.
+
+    Abbreviations are off, so an override such as ``--res`` is never taken for ``--resume``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _fields_help(cls: type) -> str:
+    from contrastlab.train.dataconf import describe_fields
+
+    rows = describe_fields(cls)
+    width = max((len(n) for n, _, _ in rows), default=0)
+    lines = [f"  {n:<{width}}  {doc} [default: {d}]" for n, d, doc in rows]
+    return "config fields (set in the file or override on the command line):\n" + "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------- train
+
+
+def _load_job(path: str, overrides: Sequence[str]) -> Any:
+    from contrastlab.train.dataconf import apply_overrides, from_dict, load_config_file, parse_overrides
+    from contrastlab.train.job import JobConfig
+
+    cfg = from_dict(JobConfig, load_config_file(path))
+    return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
+
+
+def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
+    from dataclasses import replace
+
+    from contrastlab.experiments import default_out_dir
+    from contrastlab.train.job import run_job
+
+    cfg = _load_job(args.config, rest)
+    if args.quiet:
+        cfg = replace(cfg, train=replace(cfg.train, progress=False))
+    out = Path(args.out) if args.out else Path(cfg.out) if cfg.out else None
+    if out is None:
+        if args.resume:
+            raise UsageError("train: --resume needs --out DIR (the folder of the run to continue)")
+        out = default_out_dir("train")
+    try:
+        results = run_job(cfg, out, resume=args.resume)
+    except KeyboardInterrupt:
+        print(f"interrupted; checkpoint saved in {out} (continue with --out {out} --resume)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(results["summary"])
+    print(f"results: {out / 'results.json'}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- eval
+
+
+def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.io import write_json_atomic
+    from contrastlab.train.checkpoint import latest_checkpoint
+    from contrastlab.train.dataconf import from_dict, load_config_file
+    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, make_eval_fn
+    from contrastlab.train.trainer import resolve_device
+
+    if rest:
+        raise UsageError(f"eval: unexpected arguments {' '.join(rest)}")
+    run = Path(args.run_dir)
+    if not (run / "config.json").is_file():
+        raise UsageError(f"eval: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
+    cfg = from_dict(JobConfig, load_config_file(run / "config.json"))
+    state = latest_checkpoint(run)
+    if state is None:
+        raise UsageError(f"eval: {run} has no checkpoint.pt")
+    source = DATA_BUILDERS[cfg.data.name](cfg)
+    model = build_encoder(cfg, source.in_dim)
+    model.load_state_dict(state["model"])
+    model.to(resolve_device(cfg.train.device)).eval()
+    import torch
+
+    with torch.no_grad():
+        metrics = make_eval_fn(cfg, source)(model, int(state["step"]))
+    for k, v in metrics.items():
+        print(f"{k:>12}  {v:.6g}")
+    out = Path(args.out) if args.out else run / "eval.json"
+    write_json_atomic(out, {"step": int(state["step"]), "metrics": metrics})
+    print(f"written: {out}")
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------------------------- run
+
+
+def _experiment_help(name: str) -> str:
+    from contrastlab.experiments import get_experiment
+
+    module = get_experiment(name)
+    doc = (module.__doc__ or "").strip()
+    return f"contrastlab run {name} [--quick] [--out DIR] [--FIELD VALUE ...]\n\n{doc}\n\n" + _fields_help(
+        module.Config
+    )
+
+
+def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
+    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
+    from contrastlab.train.dataconf import parse_overrides
+
+    names = list_experiments()
+    if args.list:
+        if not names:
+            print("no experiments are registered")
+        for name, first in describe_experiments().items():
+            print(f"{name:<24} {first}")
+        return EXIT_OK
+    if args.name is None:
+        if args.help:
+            parser.print_help()
+            return EXIT_OK
+        raise UsageError("run: give an experiment NAME or --list (see contrastlab run --help)")
+    if args.name.replace("_", "-") not in names:
+        raise UsageError(f"run: unknown experiment {args.name!r}; known: {', '.join(names) or '(none)'}")
+    if args.help:
+        print(_experiment_help(args.name))
+        return EXIT_OK
+    overrides = parse_overrides(rest)
+    try:
+        results = run_experiment(args.name, None, args.out, quick=args.quick, overrides=overrides)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(results.get("summary", ""))
+    print(f"results: {Path(results['out_dir']) / 'results.json'}")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------------------------- report
+
+
+def _cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.report import write_report
+
+    if rest:
+        raise UsageError(f"report: unexpected arguments {' '.join(rest)}")
+    for d in args.run_dirs:
+        p = Path(d)
+        if not (p / "results.json").is_file() and not (p / "metrics.jsonl").is_file():
+            raise UsageError(f"report: {p} holds neither results.json nor metrics.jsonl")
+    out = Path(args.out) if args.out else Path(args.run_dirs[0]) if len(args.run_dirs) == 1 else Path("report")
+    md, html = write_report(args.run_dirs, out)
+    print(f"written: {md}\nwritten: {html}")
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+DATA_FILES: dict[str, dict[str, Any]] = {}
+"""Extra datasets for ``contrastlab data``: name → ``{"files": [paths under root], "source": str}``.
+
+Datasets registered in ``contrastlab.data.registry.DATASETS`` are listed as well.
+"""
+
+
+def _dataset_table(root: Path) -> list[tuple[str, str, list[str], bool | None]]:
+    rows: list[tuple[str, str, list[str], bool | None]] = []
+    try:
+        registry = importlib.import_module("contrastlab.data.registry")
+    except ImportError:
+        registry = None
+    if registry is not None:
+        for name, spec in getattr(registry, "DATASETS", {}).items():
+            files = sorted({f for fs in getattr(spec, "files", {}).values() for f in fs})
+            available = getattr(registry, "dataset_available", None)
+            present: bool | None = None
+            if available is not None:
+                present = all(available(name, root, s) for s in ("train", "test") if s in spec.splits)
+            rows.append((name, str(getattr(spec, "source", "")), files, present))
+    for name, info in DATA_FILES.items():
+        files = list(info.get("files", []))
+        rows.append((name, str(info.get("source", "")), files, all((root / f).exists() for f in files)))
+    return rows
+
+
+def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
+    if rest:
+        raise UsageError(f"data: unexpected arguments {' '.join(rest)}")
+    root = Path(args.root) if args.root else Path(os.environ.get("CONTRASTLAB_DATA", "data"))
+    rows = _dataset_table(root)
+    print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; nothing is downloaded)")
+    known = {r[0] for r in rows}
+    if args.name is not None and args.name not in known:
+        raise UsageError(f"data: unknown dataset {args.name!r}; known: {', '.join(sorted(known)) or '(none)'}")
+    if not rows:
+        print("no file-backed datasets are registered (the synthetic worlds need no files)")
+        return EXIT_OK
+    names = [args.name] if args.name else [r[0] for r in rows]
+    for name, source, files, present in rows:
+        if name not in names:
+            continue
+        mark = {True: "present", False: "missing", None: "?"}[present]
+        print(f"\n{name}: {mark}   (source: {source})")
+        shown = files if args.name else files[:6]
+        for f in shown:
+            print(f"    {root / f}")
+        if len(files) > len(shown):
+            print(f"    ... {len(files) - len(shown)} more (contrastlab data {name})")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------------------------- search
+
+
+def _cmd_search(argv: list[str]) -> int:
+    try:
+        module = importlib.import_module("contrastlab.search.cli")
+    except ImportError:
+        print("contrastlab search: the search module (contrastlab.search.cli) is not installed", file=sys.stderr)
+        return EXIT_USAGE
+    return int(module.main(argv))
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    from contrastlab import __version__
+
+    parser = _Parser(
+        prog="contrastlab",
+        description="Train contrastive embedding models and audit them as similarity-search engines.",
+        epilog="exit codes: 0 ok, 1 runtime failure, 2 usage error, 130 interrupted",
+    )
+    parser.add_argument("--version", action="version", version=f"contrastlab {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subs: dict[str, argparse.ArgumentParser] = {}
+
+    from contrastlab.train.job import JobConfig
+
+    p = sub.add_parser(
+        "train",
+        help="train an encoder from a YAML/TOML config",
+        description="Train from a config file; any field can be overridden (--loss.temperature 0.2).",
+        epilog=_fields_help(JobConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("config", help="YAML, TOML or JSON file of JobConfig fields")
+    p.add_argument("--out", help="output folder (default: the config's `out`, else runs/train-TIMESTAMP)")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    subs["train"] = p
+
+    p = sub.add_parser("eval", help="evaluate a trained run on its held-out set", description="Re-evaluate a run.")
+    p.add_argument("run_dir", help="a folder written by `contrastlab train`")
+    p.add_argument("--out", help="where to write the metrics (default RUN_DIR/eval.json)")
+    subs["eval"] = p
+
+    p = sub.add_parser(
+        "run",
+        help="run a named experiment (--list to see them)",
+        description="Run a registered experiment; `contrastlab run NAME --help` lists its config fields.",
+        add_help=False,
+    )
+    p.add_argument("name", nargs="?", help="experiment name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiments and exit")
+    p.add_argument("--quick", action="store_true", help="the experiment's quick setting")
+    p.add_argument("--out", help="output folder (default runs/NAME-TIMESTAMP)")
+    p.add_argument("-h", "--help", action="store_true", help="show this help (with NAME: its config fields)")
+    subs["run"] = p
+
+    p = sub.add_parser(
+        "report",
+        help="write report.md and report.html from run folders",
+        description="Render results.json and metrics.jsonl of one or more runs; several runs are compared.",
+    )
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--out", help="output folder (default: the run folder, or ./report for several)")
+    subs["report"] = p
+
+    p = sub.add_parser(
+        "data", help="where dataset files go and which are present", description="List datasets and their files."
+    )
+    p.add_argument("name", nargs="?", help="one dataset (all files listed)")
+    p.add_argument("--root", help="data root (default $CONTRASTLAB_DATA or ./data)")
+    subs["data"] = p
+
+    sub.add_parser("search", help="similarity search with faiss (contrastlab search --help)", add_help=False)
+    return parser, subs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "search":
+        return _cmd_search(argv[1:])
+    from contrastlab.train.checkpoint import CheckpointError
+    from contrastlab.train.dataconf import ConfigError
+
+    try:
+        parser, subs = _build_parser()
+        args, rest = parser.parse_known_args(argv)
+        if args.command is None:
+            if rest:
+                raise UsageError(f"contrastlab: unknown command {rest[0]!r} (see contrastlab --help)")
+            parser.print_help()
+            return EXIT_USAGE
+        if args.command in ("train", "run"):
+            # under torchrun (WORLD_SIZE > 1): join the process group, gloo on CPU / NCCL on GPU
+            from contrastlab.distributed import init_from_env
+
+            init_from_env(timeout_s=float(os.environ.get("CONTRASTLAB_DIST_TIMEOUT", "600")))
+        if args.command == "run":
+            return _cmd_run(args, rest, subs["run"])
+        handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}
+        return handler[args.command](args, rest)
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        return EXIT_USAGE
+    except (ConfigError, CheckpointError, FileNotFoundError) as e:
+        # a bad config, an unusable checkpoint, a data set that is not where the user said it is
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"contrastlab: {textwrap.shorten(msg, 800)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:
+        if os.environ.get("CONTRASTLAB_DEBUG"):
+            raise
+        msg = textwrap.shorten(str(e), 400) or type(e).__name__
+        print(
+            f"contrastlab: failed: {type(e).__name__}: {msg} (CONTRASTLAB_DEBUG=1 for the traceback)", file=sys.stderr
+        )
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,211 @@
+"""Parity harness: a loss over a global batch in one process vs the same batch split over R ranks.
+
+``check_parity(world_size)`` builds every case in :data:`CASES` from a seed, computes the loss and the
+gradient of every input row in one process, then spawns ``world_size`` gloo processes on localhost
+that each hold a contiguous slice of the rows (uneven splits included), compute their share with the
+``*_gathered`` loss and back-propagate. It returns, per case, the largest relative differences of
+(i) the mean of the shares vs the single-process loss and (ii) each rank's input-row gradients divided
+by R vs the single-process gradients of those rows (the convention in :mod:`contrastlab.distributed`).
+
+Results travel between processes as tensors saved with ``torch.save`` and loaded with
+``weights_only=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor
+
+from contrastlab import distributed as cd
+from contrastlab.losses import info_nce, nt_xent, supcon
+
+__all__ = ["Case", "CASES", "check_parity", "split_sizes"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One parity case: inputs from a seed, the single-process loss, and its distributed share.
+
+    Attributes:
+        name: identifier shown in reports.
+        make: ``(generator, dtype) -> dict`` of named input tensors; row-split tensors first.
+        split: names of the tensors whose rows are split across ranks (others are replicated).
+        single: the loss on the full inputs.
+        share: the loss share on one rank's slice (``*_gathered``).
+    """
+
+    name: str
+    make: Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]
+    split: tuple[str, ...]
+    single: Callable[[dict[str, Tensor]], Tensor]
+    share: Callable[[dict[str, Tensor]], Tensor]
+
+
+def _pair(n: int, d: int) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
+    def make(g: torch.Generator, dtype: torch.dtype) -> dict[str, Tensor]:
+        a = torch.randn(n, d, generator=g, dtype=dtype)
+        return {"a": a, "p": a + 0.7 * torch.randn(n, d, generator=g, dtype=dtype)}
+
+    return make
+
+
+def _with(
+    extra: str, shape: tuple[int, ...], base: Callable
+) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
+    def make(g: torch.Generator, dtype: torch.dtype) -> dict[str, Tensor]:
+        out = base(g, dtype)
+        out[extra] = torch.randn(*shape, generator=g, dtype=dtype)
+        return out
+
+    return make
+
+
+def _labelled(n: int, d: int, classes: int) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
+    def make(g: torch.Generator, dtype: torch.dtype) -> dict[str, Tensor]:
+        return {"z": torch.randn(n, d, generator=g, dtype=dtype), "y": torch.randint(0, classes, (n,), generator=g)}
+
+    return make
+
+
+def _info_nce_cases() -> list[Case]:
+    cases = []
+    n, d = 11, 6  # 11 rows: uneven splits for every R in {2, 3, 4}
+    for variant in ("infonce", "dcl"):
+        for symmetric in (False, True):
+            kw = {"temperature": 0.3, "variant": variant, "symmetric": symmetric}
+            cases.append(
+                Case(
+                    f"info_nce/in-batch/{variant}/symmetric={symmetric}",
+                    _pair(n, d),
+                    ("a", "p"),
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
+                    lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], **kw),
+                )
+            )
+        kw = {"temperature": 0.2, "variant": variant}
+        # shared negatives: each rank brings its own rows of the shared set; single process = all of them
+        cases.append(
+            Case(
+                f"info_nce/shared/{variant}",
+                _with("neg", (9, d), _pair(n, d)),
+                ("a", "p", "neg"),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
+                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], **kw),
+            )
+        )
+        cases.append(
+            Case(
+                f"info_nce/per-anchor/{variant}",
+                _with("neg", (n, 4, d), _pair(n, d)),
+                ("a", "p", "neg"),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
+                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], **kw),
+            )
+        )
+    cases.append(
+        Case(
+            "info_nce/in-batch/sum/raw-dot",
+            _pair(n, d),
+            ("a", "p"),
+            lambda t: info_nce(t["a"] / 3, t["p"] / 3, normalize=False, reduction="sum"),
+            lambda t: cd.info_nce_gathered(t["a"] / 3, t["p"] / 3, normalize=False, reduction="sum"),
+        )
+    )
+    return cases
+
+
+CASES: list[Case] = [
+    *_info_nce_cases(),
+    Case(
+        "nt_xent",
+        _pair(11, 6),
+        ("a", "p"),
+        lambda t: nt_xent(t["a"], t["p"], temperature=0.5),
+        lambda t: cd.nt_xent_gathered(t["a"], t["p"], temperature=0.5),
+    ),
+    Case(
+        "supcon",
+        _labelled(13, 5, 4),
+        ("z", "y"),
+        lambda t: supcon(t["z"], t["y"], temperature=0.2),
+        lambda t: cd.supcon_gathered(t["z"], t["y"], temperature=0.2),
+    ),
+]
+
+
+def split_sizes(n: int, world: int) -> list[int]:
+    """Contiguous, as-even-as-possible row counts per rank (the first ranks take the remainder)."""
+    return [n // world + (1 if r < n % world else 0) for r in range(world)]  # as in cd.shard_rows
+
+
+def _inputs(case: Case, seed: int, dtype: torch.dtype) -> dict[str, Tensor]:
+    return case.make(torch.Generator().manual_seed(seed), dtype)
+
+
+def _grads(fn: Callable[[dict[str, Tensor]], Tensor], t: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    leaves = {k: (v.detach().clone().requires_grad_() if v.is_floating_point() else v) for k, v in t.items()}
+    loss = fn(leaves)
+    loss.backward()
+    return loss.detach(), {k: v.grad for k, v in leaves.items() if v.is_floating_point()}
+
+
+def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_names: list[str]) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=r, world_size=world)
+    try:
+        for dtype_name, (i, case) in ((d, ic) for d in dtype_names for ic in enumerate(CASES)):
+            dtype = getattr(torch, dtype_name)
+            full = _inputs(case, seed, dtype)
+            local = {}
+            for k, v in full.items():
+                if k in case.split:
+                    sizes = split_sizes(v.shape[0], world)
+                    start = sum(sizes[:r])
+                    local[k] = v[start : start + sizes[r]]
+                else:
+                    local[k] = v
+            share, grads = _grads(case.share, local)
+            out = Path(out_dir) / f"{dtype_name}_{i}_{r}.pt"
+            torch.save({"share": share, **{f"grad_{k}": g for k, g in grads.items()}}, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def check_parity(
+    world: int, *, seed: int = 0, dtypes: tuple[torch.dtype, ...] = (torch.float64, torch.float32)
+) -> dict[tuple[str, torch.dtype], tuple[float, float]]:
+    """Run every case over ``world`` gloo ranks (one spawn for all cases and dtypes).
+
+    Returns:
+        ``{(case name, dtype): (relative error of the loss, max relative error of the row gradients)}``;
+        gradient errors are relative to the largest single-process gradient entry of that input.
+    """
+    if isinstance(world, bool) or not isinstance(world, int) or world < 2:
+        raise ValueError(f"world must be an int >= 2, got {world!r}")
+    names = [str(d).removeprefix("torch.") for d in dtypes]
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "init")
+        mp.spawn(_worker, args=(world, init_file, tmp, seed, names), nprocs=world, join=True)
+        report: dict[tuple[str, torch.dtype], tuple[float, float]] = {}
+        for (dtype, dtype_name), (i, case) in (
+            (dd, ic) for dd in zip(dtypes, names, strict=True) for ic in enumerate(CASES)
+        ):
+            full = _inputs(case, seed, dtype)
+            loss, grads = _grads(case.single, full)
+            parts = [torch.load(Path(tmp) / f"{dtype_name}_{i}_{r}.pt", weights_only=True) for r in range(world)]
+            shares = torch.stack([p["share"] for p in parts])
+            loss_err = float((shares.mean() - loss).abs() / loss.abs().clamp_min(1e-30))
+            grad_err = 0.0
+            for k, g in grads.items():
+                dist_g = torch.cat([p[f"grad_{k}"] for p in parts]) / world
+                grad_err = max(grad_err, float((dist_g - g).abs().max() / g.abs().max().clamp_min(1e-30)))
+            report[(case.name, dtype)] = (loss_err, grad_err)
+        return report

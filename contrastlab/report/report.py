@@ -1,0 +1,373 @@
+"""Reports from run folders: ``report.md`` and a self-contained ``report.html``.
+
+A run folder holds ``results.json`` (``summary``, ``metrics``, ``tables``, ``figures``, ``config``…,
+the layout of ``docs/contracts.md``) and/or ``metrics.jsonl`` files written by
+:func:`contrastlab.train.fit` (in the folder or one level below, e.g. ``RUN/train/metrics.jsonl``).
+Every run gets its summary, metric and result tables, its own figures and training-curve figures
+drawn from ``metrics.jsonl``. With several runs a comparison table of their shared metrics and an
+overlay of their training losses come first. The HTML embeds every PNG as base64, so it is one file.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contrastlab.io import atomic_path, write_text_atomic
+
+__all__ = ["write_report", "load_run", "RunData"]
+
+
+@dataclass
+class RunData:
+    """One run folder as the report sees it."""
+
+    path: Path
+    name: str
+    results: dict[str, Any] = field(default_factory=dict)
+    curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> metrics.jsonl rows
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+            rows.append(row)
+    return rows
+
+
+def load_run(path: str | Path) -> RunData:
+    """Read ``results.json`` and every ``metrics.jsonl`` (depth ≤ 2) of a run folder.
+
+    Raises:
+        FileNotFoundError: the folder has neither file.
+        ValueError: ``results.json`` is not valid JSON (the message names the file).
+    """
+    p = Path(path)
+    results: dict[str, Any] = {}
+    rfile = p / "results.json"
+    if rfile.is_file():
+        try:
+            results = json.loads(rfile.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"run_dirs: {rfile} is not valid JSON ({e})") from None
+    curves: dict[str, list[dict[str, Any]]] = {}
+    candidates = sorted([p / "metrics.jsonl", *p.glob("*/metrics.jsonl"), *p.glob("*/*/metrics.jsonl")])
+    for m in candidates:
+        if m.is_file():
+            rows = _read_jsonl(m)
+            if rows:
+                curves[str(m.parent.relative_to(p)) if m.parent != p else "train"] = rows
+    if not results and not curves:
+        raise FileNotFoundError(f"run_dirs: {p} holds neither results.json nor metrics.jsonl")
+    name = str(results.get("name") or p.name)
+    return RunData(path=p, name=name, results=results, curves=curves)
+
+
+# ------------------------------------------------------------------------------------------ figures
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
+
+
+def _curve_keys(rows: list[dict[str, Any]]) -> list[str]:
+    keys: list[str] = []
+    for r in rows:
+        for k, v in r.items():
+            if k != "step" and k not in keys and isinstance(v, (int, float)) and not isinstance(v, bool):
+                keys.append(k)
+    return keys
+
+
+def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
+    """One panel per logged quantity (loss, lr, eval/…) against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = _curve_keys(rows)
+    ncols = min(3, max(1, len(keys)))
+    nrows = max(1, math.ceil(len(keys) / ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.9 * nrows), squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+        ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None)
+        ax.set_title(key, fontsize=10)
+        ax.set_xlabel("step")
+        if key.endswith("loss") and all(v > 0 for _, v in pts) and len(pts) > 1:
+            values = [v for _, v in pts]
+            if max(values) / max(min(values), 1e-300) > 20:
+                ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(keys) :]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+
+
+def _plot_overlay(runs: list[RunData], path: Path) -> bool:
+    """Training loss of every run on one axis; False if fewer than two runs have a loss curve."""
+    series = []
+    for run in runs:
+        for label, rows in run.curves.items():
+            pts = [(r["step"], r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))]
+            if pts:
+                series.append((run.name if label == "train" else f"{run.name}/{label}", pts))
+    if len(series) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for label, pts in series:
+        ax.plot([s for s, _ in pts], [v for _, v in pts], label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
+    plt.close(fig)
+    return True
+
+
+# ---------------------------------------------------------------------------------------- rendering
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return str(v)
+        return f"{v:.4g}" if v != 0 else "0"
+    return str(v)
+
+
+def _md_cell(v: Any) -> str:
+    return _fmt(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(columns: list[str], rows: list[list[Any]]) -> str:
+    head = "| " + " | ".join(_md_cell(c) for c in columns) + " |"
+    sep = "|" + "|".join("---" for _ in columns) + "|"
+    body = ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join([head, sep, *body])
+
+
+def _html_table(columns: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"num" if isinstance(c, (int, float)) else ""}">{html.escape(_fmt(c))}</td>' for c in row
+        )
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _inline_md(text: str) -> str:
+    """Escape ``text`` and render the inline markdown summaries use: `code`, **bold**, *italic*."""
+    out = html.escape(text)
+    out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
+    out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
+    out = re.sub(r"(?<![*\w])\*([^*\s][^*]*)\*(?!\*)", r"<em>\1</em>", out)
+    return out
+
+
+def _md_to_html(text: str) -> str:
+    """Paragraphs and ``-`` bullet lists of a markdown summary as HTML."""
+    blocks = []
+    for block in re.split(r"\n\s*\n", text.strip()):
+        lines = block.splitlines()
+        if lines and all(line.lstrip().startswith(("- ", "* ")) for line in lines):
+            items = "".join(f"<li>{_inline_md(line.lstrip()[2:])}</li>" for line in lines)
+            blocks.append(f"<ul>{items}</ul>")
+        elif block.strip():
+            blocks.append(f"<p>{_inline_md(' '.join(lines))}</p>")
+    return "\n".join(blocks)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+color:#222;line-height:1.45}
+h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #ccc;margin-top:2em}
+table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em}
+th,td{border:1px solid #ccc;padding:0.25em 0.6em}th{background:#f2f2f2}td.num{text-align:right;
+font-variant-numeric:tabular-nums}
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:0.9em;color:#555}
+code{background:#f4f4f4;padding:0 0.2em}.meta{color:#666;font-size:0.88em}pre{background:#f7f7f7;padding:0.6em;
+overflow-x:auto;font-size:0.85em}
+"""
+
+
+@dataclass
+class _Figure:
+    path: Path
+    caption: str
+
+
+@dataclass
+class _Section:
+    title: str
+    md: list[str] = field(default_factory=list)
+    html: list[str] = field(default_factory=list)
+
+    def table(self, title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+        if title:
+            self.md.append(f"**{title}**\n")
+            self.html.append(f"<h3>{html.escape(title)}</h3>")
+        self.md.append(_md_table(columns, rows) + "\n")
+        self.html.append(_html_table(columns, rows))
+
+    def figure(self, fig: _Figure, out_dir: Path, number: int) -> None:
+        rel = os.path.relpath(fig.path, out_dir)
+        self.md.append(f"![{fig.caption}]({rel})\n\n*Figure {number}: {fig.caption}*\n")
+        data = base64.b64encode(fig.path.read_bytes()).decode("ascii")
+        self.html.append(
+            f'<figure><img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>Figure {number}: {_inline_md(fig.caption)}</figcaption></figure>"
+        )
+
+
+def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) -> _Section:
+    r = run.results
+    sec = _Section(title=f"{run.name}")
+    meta = [f"folder `{run.path}`"]
+    if "runtime_s" in r:
+        meta.append(f"runtime {float(r['runtime_s']):.1f} s")
+    if "timestamp" in r:
+        meta.append(str(r["timestamp"]))
+    if "version" in r:
+        meta.append(f"contrastlab {r['version']}")
+    host = r.get("host") or {}
+    if isinstance(host, dict) and host:
+        meta.append(f"{host.get('hostname', '?')} (torch {host.get('torch', '?')}, {host.get('cpu_count', '?')} CPUs)")
+    sec.md.append(" · ".join(meta) + "\n")
+    sec.html.append(f'<p class="meta">{_inline_md(" · ".join(meta))}</p>')
+    if r.get("summary"):
+        sec.md.append(str(r["summary"]).strip() + "\n")
+        sec.html.append(_md_to_html(str(r["summary"])))
+    metrics = r.get("metrics") or {}
+    if metrics:
+        sec.table("Metrics", ["metric", "value"], [[k, v] for k, v in metrics.items()])
+    for t in r.get("tables") or []:
+        sec.table(str(t.get("title", "")), [str(c) for c in t.get("columns", [])], list(t.get("rows", [])))
+    figures: list[_Figure] = []
+    for f in r.get("figures") or []:
+        path = run.path / str(f.get("file", ""))
+        if path.is_file():
+            figures.append(_Figure(path, str(f.get("caption", f.get("file")))))
+        else:
+            sec.md.append(f"*(figure {f.get('file')} is missing from {run.path})*\n")
+            sec.html.append(f"<p><em>figure {html.escape(str(f.get('file')))} is missing</em></p>")
+    for label, rows in run.curves.items():
+        png = out_dir / f"curves_{tag}_{_slug(label)}.png"
+        _plot_curves(rows, f"{run.name}: {label} ({len(rows)} logged steps)", png)
+        figures.append(_Figure(png, f"Training curves of {run.name} ({label}/metrics.jsonl) against the step."))
+    for fig in figures:
+        figure_no[0] += 1
+        sec.figure(fig, out_dir, figure_no[0])
+    if r.get("config"):
+        cfg = json.dumps(r["config"], indent=2)
+        sec.md.append(f"<details><summary>config</summary>\n\n```json\n{cfg}\n```\n</details>\n")
+        sec.html.append(f"<details><summary>config</summary><pre>{html.escape(cfg)}</pre></details>")
+    return sec
+
+
+def _comparison(runs: list[RunData]) -> tuple[list[str], list[list[Any]]]:
+    per_run = [r.results.get("metrics") or {} for r in runs]
+    shared = [k for k in per_run[0] if all(k in m for m in per_run[1:])] if per_run else []
+    if not shared:  # nothing in common: show the union, blanks where a run lacks a metric
+        shared = list(dict.fromkeys(k for m in per_run for k in m))
+    columns = ["metric", *[r.name for r in runs]]
+    return columns, [[k, *[m.get(k) for m in per_run]] for k in shared]
+
+
+def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``report.md`` and the self-contained ``report.html`` for one or more run folders.
+
+    Args:
+        run_dirs: run folders (each with ``results.json`` and/or ``metrics.jsonl``).
+        out_dir: where the report and its curve PNGs go (created).
+
+    Returns:
+        ``(report.md path, report.html path)``.
+
+    Raises:
+        ValueError: ``run_dirs`` is empty or a ``results.json`` does not parse.
+        FileNotFoundError: a folder has neither file.
+
+    Examples:
+        >>> write_report(["runs/k-gap-20260101-120000"], "runs/k-gap-20260101-120000")  # doctest: +SKIP
+    """
+    dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
+    if not dirs:
+        raise ValueError("run_dirs must name at least one run folder")
+    runs = [load_run(d) for d in dirs]
+    names = [r.name for r in runs]
+    for r in runs:  # two runs of one experiment: tell them apart by folder
+        if names.count(r.name) > 1:
+            r.name = f"{r.name} ({r.path.name})"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    title = "contrastlab report: " + (runs[0].name if len(runs) == 1 else f"{len(runs)} runs")
+    sections: list[_Section] = []
+    figure_no = [0]
+    if len(runs) > 1:
+        cmp = _Section(title="Comparison")
+        columns, rows = _comparison(runs)
+        if rows:
+            cmp.table("Headline metrics side by side", columns, rows)
+        overlay = out / "curves_overlay.png"
+        if _plot_overlay(runs, overlay):
+            figure_no[0] += 1
+            cmp.figure(_Figure(overlay, "Training loss of every run against the step."), out, figure_no[0])
+        sections.append(cmp)
+    seen: dict[str, int] = {}
+    for run in runs:
+        tag = _slug(run.name)
+        seen[tag] = seen.get(tag, 0) + 1
+        sections.append(_run_section(run, out, figure_no, tag if seen[tag] == 1 else f"{tag}{seen[tag]}"))
+
+    md = [f"# {title}\n"]
+    if len(runs) > 1:
+        md.append("Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs) + "\n")
+    body = []
+    for s in sections:
+        md.append(f"## {s.title}\n")
+        md.extend(s.md)
+        body.append(f"<h2>{html.escape(s.title)}</h2>\n" + "\n".join(s.html))
+    md_path, html_path = out / "report.md", out / "report.html"
+    write_text_atomic(md_path, "\n".join(md))
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(title)}</h1>\n" + "\n".join(body) + "\n</body></html>\n"
+    )
+    write_text_atomic(html_path, page)
+    return md_path, html_path

@@ -1,0 +1,58 @@
+"""Similarity search as a first-class engine: faiss-backed retrieval, full-corpus softmax search, metrics.
+
+- :class:`EmbeddingIndex` — exact / IVF / HNSW search over ``(N, D)`` embeddings with ids and labels,
+  recall against exact search, atomic save/load.
+- Softmax search (Whiteley eqs 4–6): :func:`log_partition`, :func:`log_prob`, :func:`sample`,
+  :func:`cross_entropy`, :func:`entropy`, all streamed over corpus blocks; :func:`topk_log_partition`
+  bounds ``log Z`` from the top-k.
+- Retrieval metrics: :func:`recall_at_k`, :func:`precision_at_1`, :func:`map_at_r`, :func:`r_precision`,
+  :func:`average_precision`, :func:`mrr`, :func:`ndcg_at_k`, :func:`evaluate_retrieval`.
+"""
+
+from contrastlab.search.index import EmbeddingIndex, IndexFormatError, SearchResult
+from contrastlab.search.metrics import (
+    average_precision,
+    evaluate_retrieval,
+    hits_from_labels,
+    map_at_r,
+    mrr,
+    ndcg_at_k,
+    precision_at_1,
+    r_precision,
+    recall_at_k,
+)
+from contrastlab.search.softmax import (
+    NpyBlocks,
+    SoftmaxSearch,
+    TopKLogPartition,
+    cross_entropy,
+    entropy,
+    log_partition,
+    log_prob,
+    sample,
+    topk_log_partition,
+)
+
+__all__ = [
+    "EmbeddingIndex",
+    "IndexFormatError",
+    "SearchResult",
+    "NpyBlocks",
+    "SoftmaxSearch",
+    "TopKLogPartition",
+    "log_partition",
+    "log_prob",
+    "sample",
+    "cross_entropy",
+    "entropy",
+    "topk_log_partition",
+    "hits_from_labels",
+    "recall_at_k",
+    "precision_at_1",
+    "r_precision",
+    "map_at_r",
+    "average_precision",
+    "mrr",
+    "ndcg_at_k",
+    "evaluate_retrieval",
+]

@@ -1,0 +1,263 @@
+"""``contrastlab search build | query | evaluate``: similarity search from the command line.
+
+Embeddings, labels, ids and queries are read from ``.npy`` files (memory-mapped, never unpickled) or
+``.safetensors`` files (``--key`` picks the tensor when there are several). Exit codes: 0 success, 1 an
+error while running (bad file, shape mismatch), 2 a usage error; errors are printed as one line.
+
+Examples::
+
+    contrastlab search build --embeddings corpus.npy --labels labels.npy --out corpus.index
+    contrastlab search query --index corpus.index --queries q.npy -k 10 --out results.json
+    contrastlab search evaluate --index corpus.index --queries q.npy --query-labels ql.npy -k 1,5,10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from contrastlab.io import atomic_path, write_json_atomic
+from contrastlab.search.index import EmbeddingIndex, _progress
+from contrastlab.search.metrics import evaluate_retrieval
+
+__all__ = ["main"]
+
+_PROG = "contrastlab search"
+_CHUNK = 1 << 16  # rows per add() call while building (progress granularity)
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
+def load_matrix(path: str, key: str | None, name: str) -> np.ndarray:
+    """Load an array from ``.npy`` (memory-mapped) or ``.safetensors`` (tensor ``key``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"{name}: no such file {path}")
+    if p.suffix == ".npy":
+        if key is not None:
+            raise ValueError(f"{name}: --key applies to .safetensors files, not {path}")
+        try:
+            return np.load(p, mmap_mode="r", allow_pickle=False)
+        except ValueError as e:
+            raise ValueError(f"{name}: cannot read {path} ({e})") from None
+    if p.suffix == ".safetensors":
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(p), framework="np") as f:
+                keys = list(f.keys())
+                if key is None:
+                    if len(keys) != 1:
+                        raise ValueError(f"{name}: {path} holds tensors {keys}; choose one with its --key option")
+                    key = keys[0]
+                if key not in keys:
+                    raise ValueError(f"{name}: {path} has no tensor {key!r} (it has {keys})")
+                return f.get_tensor(key)
+        except SafetensorError as e:
+            raise ValueError(f"{name}: cannot read {path} ({e})") from None
+    raise ValueError(f"{name}: {path} must be a .npy or .safetensors file")
+
+
+def _vector(path: str | None, key: str | None, name: str, n: int) -> np.ndarray | None:
+    if path is None:
+        return None
+    arr = np.asarray(load_matrix(path, key, name))
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name}: expected shape ({n},), got {arr.shape} in {path}")
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"{name}: expected integers, got dtype {arr.dtype} in {path}")
+    return arr.astype(np.int64)
+
+
+def _parse_ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(int(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,5,10, got {text!r}") from None
+    if not ks or any(k < 1 for k in ks):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return ks
+
+
+def _parser() -> _Parser:
+    parser = _Parser(prog=_PROG, description="Build, query and evaluate embedding indexes (faiss).")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    b = sub.add_parser("build", help="build an index from a file of embeddings")
+    b.add_argument("--embeddings", required=True, help="(N, D) .npy or .safetensors")
+    b.add_argument("--key", default=None, help="tensor name inside a .safetensors embeddings file")
+    b.add_argument("--labels", default=None, help="(N,) integer labels, .npy or .safetensors")
+    b.add_argument("--labels-key", default=None, help="tensor name inside a .safetensors labels file")
+    b.add_argument("--ids", default=None, help="(N,) unique integer ids (default 0..N-1)")
+    b.add_argument("--ids-key", default=None, help="tensor name inside a .safetensors ids file")
+    b.add_argument("--out", required=True, help="index directory to write")
+    b.add_argument("--kind", choices=("flat", "ivf", "hnsw"), default="flat")
+    b.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
+    b.add_argument("--nlist", type=int, default=None, help="IVF cells (default 4*sqrt(N))")
+    b.add_argument("--nprobe", type=int, default=8, help="IVF cells visited per query")
+    b.add_argument("--hnsw-m", type=int, default=32, help="HNSW links per node")
+    b.add_argument("--ef-search", type=int, default=64, help="HNSW search candidates")
+    b.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
+    b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    q = sub.add_parser("query", help="top-k neighbours of each query")
+    q.add_argument("--index", required=True, help="index directory")
+    q.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors")
+    q.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
+    q.add_argument("-k", type=int, default=10, help="neighbours per query")
+    q.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
+    q.add_argument("--out", default=None, help="results.npy (ids, (Q, k) int64) or results.json (ids and scores)")
+    q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    e = sub.add_parser("evaluate", help="retrieval metrics of labelled queries against a labelled index")
+    e.add_argument("--index", required=True, help="index directory (built with --labels)")
+    e.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors")
+    e.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
+    e.add_argument("--query-labels", required=True, help="(Q,) integer labels, .npy or .safetensors")
+    e.add_argument("--query-labels-key", default=None, help="tensor name inside a .safetensors labels file")
+    e.add_argument("-k", type=_parse_ks, default=(1, 5, 10), help="cut-offs, comma-separated (default 1,5,10)")
+    e.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
+    e.add_argument("--no-r-metrics", action="store_true", help="skip MAP@R and R-precision (they search to depth R)")
+    e.add_argument("--json", default=None, help="also write the metrics to this JSON file")
+    e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def _build(a: argparse.Namespace) -> int:
+    x = load_matrix(a.embeddings, a.key, "--embeddings")
+    if x.ndim != 2:
+        raise ValueError(f"--embeddings: expected shape (N, D), got {x.shape} in {a.embeddings}")
+    n, d = x.shape
+    labels = _vector(a.labels, a.labels_key, "--labels", n)
+    ids = _vector(a.ids, a.ids_key, "--ids", n)
+    nlist = a.nlist
+    if a.kind == "ivf" and nlist is None:
+        nlist = int(min(max(1, round(4 * math.sqrt(n))), max(1, n // 39)))
+    index = EmbeddingIndex(
+        d, metric=a.metric, kind=a.kind, nlist=nlist, nprobe=a.nprobe, hnsw_m=a.hnsw_m, ef_search=a.ef_search
+    )
+    if a.kind == "ivf":  # train on a seeded random sample, not just the first chunk
+        m = min(n, max(256 * (nlist or 1), 1 << 16))
+        rows = np.sort(np.random.default_rng(a.seed).choice(n, size=m, replace=False))
+        index.train(np.asarray(x[rows]))
+    bar = _progress(not a.no_progress and sys.stderr.isatty(), "adding", n)
+    for s in range(0, n, _CHUNK):
+        e = min(s + _CHUNK, n)
+        index.add(
+            np.asarray(x[s:e]),
+            ids=None if ids is None else ids[s:e],
+            labels=None if labels is None else labels[s:e],
+        )
+        bar.advance(e - s)
+    bar.close()
+    index.save(a.out)
+    print(f"built {a.kind} index of {n} x {d} ({a.metric}) at {a.out}")
+    return 0
+
+
+def _queries(a: argparse.Namespace, index: EmbeddingIndex) -> tuple[np.ndarray, np.ndarray | None]:
+    xq = np.asarray(load_matrix(a.queries, a.key, "--queries"))
+    if xq.ndim != 2:
+        raise ValueError(f"--queries: expected shape (Q, D), got {xq.shape} in {a.queries}")
+    if a.exclude_self and xq.shape[0] > index.ntotal:
+        raise ValueError(f"--exclude-self: {xq.shape[0]} queries but the index holds only {index.ntotal} rows")
+    return xq, (index.ids[: xq.shape[0]] if a.exclude_self else None)
+
+
+def _query(a: argparse.Namespace) -> int:
+    index = EmbeddingIndex.load(a.index)
+    xq, excl = _queries(a, index)
+    res = index.search(xq, a.k, exclude_ids=excl, progress=not a.no_progress and sys.stderr.isatty())
+    if a.out is None:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=f"top-{a.k} ids (first {min(10, xq.shape[0])} of {xq.shape[0]} queries)")
+        table.add_column("query")
+        table.add_column("ids")
+        table.add_column("scores")
+        for i in range(min(10, xq.shape[0])):
+            table.add_row(str(i), " ".join(map(str, res.ids[i])), " ".join(f"{s:.4f}" for s in res.scores[i]))
+        Console().print(table)
+    elif a.out.endswith(".npy"):
+        with atomic_path(a.out) as tmp, open(tmp, "wb") as f:
+            np.save(f, res.ids, allow_pickle=False)
+    elif a.out.endswith(".json"):
+        out = {"ids": res.ids, "scores": res.scores}
+        if res.labels is not None:
+            out["labels"] = res.labels
+        write_json_atomic(a.out, out)
+    else:
+        raise ValueError(f"--out: {a.out} must end in .npy or .json")
+    if a.out is not None:
+        print(f"wrote top-{a.k} of {xq.shape[0]} queries to {a.out}")
+    return 0
+
+
+def _evaluate(a: argparse.Namespace) -> int:
+    index = EmbeddingIndex.load(a.index)
+    xq, excl = _queries(a, index)
+    ql = _vector(a.query_labels, a.query_labels_key, "--query-labels", xq.shape[0])
+    assert ql is not None
+    metrics = evaluate_retrieval(
+        index,
+        xq,
+        ql,
+        ks=a.k,
+        query_ids=excl,
+        r_metrics=not a.no_r_metrics,
+        progress=not a.no_progress and sys.stderr.isatty(),
+    )
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"retrieval metrics ({int(metrics['num_queries'])} queries, index {a.index})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for name, value in metrics.items():
+        shown = str(int(value)) if name.startswith(("num_", "depth")) else f"{value:.4f}"
+        table.add_row(name, shown)
+    Console().print(table)
+    if a.json is not None:
+        write_json_atomic(a.json, metrics)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``contrastlab search`` with ``argv`` (without the program name) and return the exit code.
+
+    Args:
+        argv: e.g. ``["build", "--embeddings", "x.npy", "--out", "idx"]``; ``sys.argv[1:]`` when None.
+
+    Returns:
+        0 on success, 1 on an error while running, 2 on a usage error.
+    """
+    try:
+        a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    except _UsageError as e:
+        print(f"{_PROG}: usage error: {e} (see --help)", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    try:
+        return {"build": _build, "query": _query, "evaluate": _evaluate}[a.command](a)
+    except (ValueError, TypeError, OSError, RuntimeError, json.JSONDecodeError) as e:
+        msg = " ".join(str(e).split())  # one line
+        print(f"{_PROG}: error: {msg}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from contrastlab.io import write_json_atomic
+from contrastlab.report import load_run, write_report
+from contrastlab.train import TrainConfig, fit, step_generator
+
+
+def _png(path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([0, 1], [1, 0])
+    fig.savefig(path, dpi=40)
+    plt.close(fig)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    a = tmp_path_factory.mktemp("run_a")
+    model = torch.nn.Linear(3, 2)
+    fit(
+        model,
+        lambda m, x: m(x).pow(2).mean(),
+        lambda s: torch.randn(8, 3, generator=step_generator(0, s)),
+        TrainConfig(steps=8, log_every=2, eval_every=4, progress=False),
+        out_dir=a / "train",
+        eval_fn=lambda m, s: {"norm": float(m.weight.norm())},
+    )
+    _png(a / "own.png")
+    write_json_atomic(
+        a / "results.json",
+        {
+            "name": "exp-a",
+            "summary": "Found **x** = 1 with `code` and <tags>.",
+            "metrics": {"shared": 1.5, "only_a": 2},
+            "tables": [{"title": "T1", "columns": ["k", "v"], "rows": [[1, 0.25], [2, None]]}],
+            "figures": [{"file": "own.png", "caption": "its own plot"}],
+            "config": {"k": 3},
+            "runtime_s": 1.0,
+        },
+    )
+    b = tmp_path_factory.mktemp("run_b")
+    write_json_atomic(b / "results.json", {"name": "exp-b", "summary": "b", "metrics": {"shared": 2.5}})
+    return a, b
+
+
+def _images(html: str) -> list[str]:
+    return re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+
+
+def test_single_run_report_embeds_every_figure(runs, tmp_path: Path) -> None:
+    a, _ = runs
+    md, html_path = write_report([a], tmp_path)
+    html = html_path.read_text()
+    # its own figure + the curves of train/metrics.jsonl
+    assert len(_images(html)) == 2
+    assert (a / "own.png").read_bytes() in [__import__("base64").b64decode(s) for s in _images(html)]
+    assert 'src="' not in html.replace('src="data:', "")  # nothing refers to an outside file
+    assert "<strong>x</strong>" in html and "&lt;tags&gt;" in html  # summary markdown, escaped
+    text = md.read_text()
+    for link in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+        assert (tmp_path / link).is_file(), link
+    assert "| 2 | — |" in text and "| shared | 1.5 |" in text
+
+
+def test_several_runs_are_compared_side_by_side(runs, tmp_path: Path) -> None:
+    md, html_path = write_report(list(runs), tmp_path)
+    text = md.read_text()
+    assert "| metric | exp-a | exp-b |" in text and "| shared | 1.5 | 2.5 |" in text
+    assert "only_a |" not in text.split("## exp-a")[0]  # the comparison keeps shared metrics only
+    assert len(_images(html_path.read_text())) == 2  # run b has no figures or curves
+
+
+def test_curves_come_from_metrics_jsonl(runs) -> None:
+    run = load_run(runs[0])
+    assert list(run.curves) == ["train"]
+    rows = [json.loads(x) for x in (runs[0] / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert run.curves["train"] == rows and rows[-1]["step"] == 8
+
+
+def test_missing_runs_and_figures(runs, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="run_dirs"):
+        write_report([tmp_path / "empty"], tmp_path)
+    with pytest.raises(ValueError, match="run_dirs"):
+        write_report([], tmp_path)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    write_json_atomic(broken / "results.json", {"name": "c", "figures": [{"file": "gone.png", "caption": "x"}]})
+    md, _ = write_report([broken], tmp_path / "out")
+    assert "gone.png is missing" in md.read_text()

@@ -1,0 +1,170 @@
+import json
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from contrastlab.search import EmbeddingIndex, evaluate_retrieval
+from contrastlab.search.cli import main
+
+
+@pytest.fixture()
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    mu = rng.standard_normal((5, 16))
+    lab = rng.integers(0, 5, size=300)
+    x = (mu[lab] + rng.standard_normal((300, 16))).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "lab.npy", lab)
+    np.save(tmp_path / "q.npy", x[:20])
+    np.save(tmp_path / "ql.npy", lab[:20])
+    save_file({"embeddings": x, "labels": lab.astype(np.int64)}, str(tmp_path / "x.safetensors"))
+    return tmp_path, x, lab
+
+
+def test_build_query_evaluate_round_trip(files, capsys):
+    d, x, lab = files
+    assert (
+        main(
+            [
+                "build",
+                "--embeddings",
+                str(d / "x.npy"),
+                "--labels",
+                str(d / "lab.npy"),
+                "--out",
+                str(d / "idx"),
+            ]
+        )
+        == 0
+    )
+    index = EmbeddingIndex.load(d / "idx")
+    direct = index.search(x[:20], 7, exclude_ids=np.arange(20))
+
+    assert (
+        main(
+            [
+                "query",
+                "--index",
+                str(d / "idx"),
+                "--queries",
+                str(d / "q.npy"),
+                "-k",
+                "7",
+                "--exclude-self",
+                "--out",
+                str(d / "r.npy"),
+            ]
+        )
+        == 0
+    )
+    np.testing.assert_array_equal(np.load(d / "r.npy"), direct.ids)
+    assert (
+        main(
+            [
+                "query",
+                "--index",
+                str(d / "idx"),
+                "--queries",
+                str(d / "q.npy"),
+                "-k",
+                "7",
+                "--exclude-self",
+                "--out",
+                str(d / "r.json"),
+            ]
+        )
+        == 0
+    )
+    got = json.loads((d / "r.json").read_text())
+    np.testing.assert_array_equal(np.array(got["ids"]), direct.ids)
+    np.testing.assert_allclose(np.array(got["scores"]), direct.scores, rtol=1e-6)
+    assert main(["query", "--index", str(d / "idx"), "--queries", str(d / "q.npy"), "-k", "3"]) == 0
+    assert "top-3 ids" in capsys.readouterr().out
+
+    assert (
+        main(
+            [
+                "evaluate",
+                "--index",
+                str(d / "idx"),
+                "--queries",
+                str(d / "q.npy"),
+                "--query-labels",
+                str(d / "ql.npy"),
+                "-k",
+                "1,5",
+                "--exclude-self",
+                "--json",
+                str(d / "m.json"),
+            ]
+        )
+        == 0
+    )
+    shown = capsys.readouterr().out
+    assert "map@r" in shown and "recall@5" in shown
+    metrics = json.loads((d / "m.json").read_text())
+    ref = evaluate_retrieval(index, x[:20], lab[:20], ks=(1, 5), query_ids=np.arange(20))
+    assert metrics == pytest.approx(ref)
+
+
+def test_build_from_safetensors_with_keys_and_hnsw(files):
+    d, x, lab = files
+    st = str(d / "x.safetensors")
+    argv = [
+        "build",
+        "--embeddings",
+        st,
+        "--key",
+        "embeddings",
+        "--labels",
+        st,
+        "--labels-key",
+        "labels",
+        "--out",
+        str(d / "h"),
+        "--kind",
+        "hnsw",
+        "--metric",
+        "ip",
+    ]
+    assert main(argv) == 0
+    index = EmbeddingIndex.load(d / "h")
+    assert (index.kind, index.metric, index.ntotal) == ("hnsw", "ip", 300)
+    np.testing.assert_array_equal(index.labels, lab)
+    assert (
+        main(
+            [
+                "build",
+                "--embeddings",
+                str(d / "x.npy"),
+                "--out",
+                str(d / "ivf"),
+                "--kind",
+                "ivf",
+                "--nlist",
+                "4",
+            ]
+        )
+        == 0
+    )
+    assert EmbeddingIndex.load(d / "ivf").nlist == 4
+
+
+def test_errors_are_one_line_with_exit_codes(files, capsys):
+    d, _, _ = files
+    assert main(["build", "--embeddings", str(d / "missing.npy"), "--out", str(d / "i")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--embeddings: no such file" in err
+    assert main(["build", "--embeddings", str(d / "x.safetensors"), "--out", str(d / "i")]) == 1
+    assert "choose one with its --key option" in capsys.readouterr().err
+    assert main(["build", "--embeddings", str(d / "x.npy"), "--labels", str(d / "ql.npy"), "--out", str(d / "i")]) == 1
+    assert "--labels: expected shape (300,)" in capsys.readouterr().err
+    assert main(["query", "--index", str(d / "nope"), "--queries", str(d / "q.npy")]) == 1
+    assert "no meta.json" in capsys.readouterr().err
+    assert main(["build", "--kind", "pq"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "usage error" in err
+    assert main(["evaluate", "--index", "i", "--queries", "q", "--query-labels", "l", "-k", "1,x"]) == 2
+    assert main([]) == 2
+    assert main(["--help"]) == 0

@@ -1,0 +1,208 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+import contrastlab.experiments as experiments
+from contrastlab import cli
+
+REPO = Path(__file__).resolve().parents[1]
+JOB = """
+data: {latent_dim: 3, batch_size: 32}
+encoder: {hidden: [16], out_dim: 3}
+train: {steps: 12, log_every: 4, progress: false}
+eval: {n: 64}
+"""
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Path:
+    p = tmp_path / "job.yaml"
+    p.write_text(JOB)
+    return p
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str], *needles: str) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("argv", "needles"),
+    [
+        (["bogus"], ["invalid choice: 'bogus'"]),
+        (["train"], ["contrastlab train", "config"]),
+        (["train", "missing.yaml"], ["missing.yaml does not exist"]),
+        (["run"], ["--list"]),
+        (["run", "nope"], ["unknown experiment 'nope'"]),
+        (["report", "/nonexistent-run"], ["neither results.json nor metrics.jsonl"]),
+        (["eval", "/nonexistent-run"], ["not a training run folder"]),
+        (["data", "nope"], ["unknown dataset 'nope'"]),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(argv, needles, capsys) -> None:
+    assert cli.main(argv) == 2
+    _one_line_error(capsys, *needles)
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"),
+    [
+        (["--loss.temprature", "3"], "loss.temprature is not a field of LossConfig"),
+        (["--loss.temperature", "hot"], "loss.temperature must be a float"),
+        (["--train.steps", "1.5"], "train.steps must be an int"),
+        (["--loss.name", "triplet"], "loss.name must be one of"),
+        (["--train.steps"], "--train.steps needs a value"),
+    ],
+)
+def test_bad_overrides_name_the_field(job: Path, override, needle, capsys) -> None:
+    assert cli.main(["train", str(job), *override]) == 2
+    _one_line_error(capsys, needle)
+
+
+def test_bad_config_file_names_the_field(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[encoder]\nwidths = [3]\n")
+    assert cli.main(["train", str(bad)]) == 2
+    _one_line_error(capsys, "encoder.widths is not a field of EncoderConfig")
+
+
+def test_help_everywhere(capsys) -> None:
+    for argv in (["--help"], ["train", "--help"], ["eval", "--help"], ["report", "--help"], ["data", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            cli.main(argv)
+        assert e.value.code == 0
+    assert "--loss.temperature" in capsys.readouterr().out  # train --help lists the config fields
+    assert cli.main(["run", "--help"]) == 0
+
+
+def test_train_eval_report_round_trip(job: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["train", str(job), "--out", str(out), "--loss.temperature", "0.3"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert json.loads((out / "config.json").read_text())["loss"]["temperature"] == 0.3
+    assert results["config"]["loss"]["temperature"] == 0.3 and "eval_latent_r2" in results["metrics"]
+    assert cli.main(["eval", str(out)]) == 0
+    ev = json.loads((out / "eval.json").read_text())
+    assert ev["step"] == 12 and ev["metrics"]["loss"] == pytest.approx(results["metrics"]["eval_loss"], rel=1e-6)
+    assert cli.main(["report", str(out)]) == 0
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+    assert cli.main(["train", str(job), "--resume"]) == 2  # --resume needs --out
+
+
+def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -> None:
+    import contrastlab.train.job as job_module
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(job_module, "run_job", boom)
+    assert cli.main(["train", str(job), "--out", "x"]) == 1
+    _one_line_error(capsys, "RuntimeError: disk on fire")
+
+
+def test_missing_data_is_a_usage_error_on_one_line(job: Path, monkeypatch, capsys) -> None:
+    import contrastlab.train.job as job_module
+
+    def missing(*a, **k):
+        raise FileNotFoundError("root: cifar10 files not found under data. Expected:\n  data/x\n  data/y")
+
+    monkeypatch.setattr(job_module, "run_job", missing)
+    assert cli.main(["train", str(job), "--out", "x"]) == 2
+    _one_line_error(capsys, "Expected: data/x data/y")
+
+
+def test_run_list_help_and_quick(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(REPO / "tests/experiments/plugins")])
+    assert cli.main(["run", "--list"]) == 0
+    assert "tiny-fit" in capsys.readouterr().out
+    assert cli.main(["run", "tiny-fit", "--help"]) == 0
+    assert "--temperature" in capsys.readouterr().out
+    assert cli.main(["run", "tiny-fit", "--quick", "--steps", "ten"]) == 2
+    _one_line_error(capsys, "steps must be an int")
+    out = tmp_path / "r"
+    assert cli.main(["run", "tiny-fit", "--quick", "--out", str(out), "--temperature", "0.4"]) == 0
+    assert json.loads((out / "results.json").read_text())["config"]["temperature"] == 0.4
+
+
+def test_search_delegates_or_says_it_is_missing(monkeypatch, capsys) -> None:
+    seen = []
+    fake = types.ModuleType("contrastlab.search.cli")
+    fake.main = lambda argv: seen.append(argv) or 7  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "contrastlab.search.cli", fake)
+    assert cli.main(["search", "build", "--k", "3"]) == 7 and seen == [["build", "--k", "3"]]
+    monkeypatch.setitem(sys.modules, "contrastlab.search.cli", None)  # import fails
+    assert cli.main(["search"]) == 2
+    _one_line_error(capsys, "not installed")
+
+
+def test_data_lists_registered_files(monkeypatch, tmp_path: Path, capsys) -> None:
+    monkeypatch.setitem(cli.DATA_FILES, "toy", {"files": ["toy/a.bin"], "source": "hand-made"})
+    assert cli.main(["data", "toy", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "toy: missing" in out and str(tmp_path / "toy/a.bin") in out
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy/a.bin").write_bytes(b"")
+    assert cli.main(["data", "toy", "--root", str(tmp_path)]) == 0
+    assert "toy: present" in capsys.readouterr().out
+
+
+def test_ctrl_c_in_training_exits_130_after_checkpoint(job: Path, tmp_path: Path, monkeypatch, capsys) -> None:
+    import contrastlab.train.job as job_module
+
+    sphere = job_module.DATA_BUILDERS["sphere"]
+
+    def interrupted_sphere(config):
+        source = sphere(config)
+        inner = source.batch_at
+
+        def batch_at(step: int):
+            if step == 5:
+                os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while step 5 runs
+            return inner(step)
+
+        source.batch_at = batch_at
+        return source
+
+    monkeypatch.setitem(job_module.DATA_BUILDERS, "interrupted", interrupted_sphere)
+    out = tmp_path / "run"
+    assert cli.main(["train", str(job), "--out", str(out), "--data.name", "interrupted"]) == 130
+    assert "checkpoint saved" in capsys.readouterr().err
+    from contrastlab.train import latest_checkpoint
+
+    assert latest_checkpoint(out)["step"] == 6  # the running step finished, then the checkpoint
+    assert cli.main(["train", str(job), "--out", str(out), "--resume"]) == 0
+    assert json.loads((out / "results.json").read_text())["resumed_from"] == 6
+
+
+@pytest.mark.slow
+def test_python_m_contrastlab_ctrl_c_exits_130(tmp_path: Path) -> None:
+    job = tmp_path / "long.yaml"
+    job.write_text(JOB.replace("steps: 12", "steps: 100000"))
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "contrastlab", "train", str(job), "--out", str(out)],
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
+    deadline = time.time() + 60
+    while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text():
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "checkpoint saved" in err and "Traceback" not in err
+    assert (out / "checkpoint.pt").is_file()
