@@ -139,7 +139,7 @@ def _load(c: Config) -> tuple[ImageDataset, EvalSet, str]:
     if name == "cifar10":
         train = load_cifar10(root, "train")
         test = load_cifar10(root, "test")
-        human = load_cifar10h(root)
+        human = load_cifar10h(root, expected_shape=(len(test), 10))  # one distribution per test image
         ev = EvalSet(test.images, test.labels, human.probs, f"CIFAR-10H human labels ({human.source})")
     elif name == "digits":
         train = load_digits("train")
@@ -174,7 +174,9 @@ def _train(train: ImageDataset, c: Config, out: Path) -> tuple[nn.Module, float]
         optim=OptimConfig(name="adam", lr=c.lr),
     )
     res = fit(model, loss_fn, batches.batch_at, cfg, out_dir=out / "train")
-    return res.model.encoder, float(res.history[-1]["loss"])
+    trained = res.model
+    assert isinstance(trained, ContrastiveModel)
+    return trained.encoder, float(res.history[-1]["loss"])
 
 
 def _plot(norms: np.ndarray, entropy: np.ndarray, ambiguous: np.ndarray, title: str, path: Path) -> None:
@@ -195,8 +197,9 @@ def _plot(norms: np.ndarray, entropy: np.ndarray, ambiguous: np.ndarray, title: 
     a1.set_xlabel("entropy of the label distribution (nats)")
     a1.set_ylabel("‖φ(x)‖ (pre-normalisation)")
     bins = np.linspace(norms.min(), norms.max(), 30)
-    a2.hist(norms[~ambiguous], bins=bins, alpha=0.6, density=True, label=f"unambiguous ({(~ambiguous).sum()})")
-    a2.hist(norms[ambiguous], bins=bins, alpha=0.6, density=True, label=f"ambiguous ({ambiguous.sum()})")
+    for mask, label in ((~ambiguous, "unambiguous"), (ambiguous, "ambiguous")):
+        if mask.any():  # a density of no values is undefined
+            a2.hist(norms[mask], bins=bins, alpha=0.6, density=True, label=f"{label} ({mask.sum()})")
     a2.set_xlabel("‖φ(x)‖")
     a2.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
