@@ -332,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(f"contrastlab: unknown command {rest[0]!r} (see contrastlab --help)")
             parser.print_help()
             return EXIT_USAGE
+        if args.command in ("train", "run"):
+            # under torchrun (WORLD_SIZE > 1): join the process group, gloo on CPU / NCCL on GPU
+            from contrastlab.distributed import init_from_env
+
+            init_from_env(timeout_s=float(os.environ.get("CONTRASTLAB_DIST_TIMEOUT", "600")))
         if args.command == "run":
             return _cmd_run(args, rest, subs["run"])
         handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}

@@ -40,7 +40,7 @@ def to_float_images(images: Tensor) -> Tensor:
     raise TypeError(f"images must be uint8 or floating point, got dtype {images.dtype}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ImageDataset:
     """A labelled image dataset held in memory.
 

@@ -35,12 +35,12 @@ __all__ = [
 CIFAR_SOURCE = "https://www.cs.toronto.edu/~kriz/cifar.html (the 'python version' archives)"
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR100_DIR = "cifar-100-python"
-CIFAR10_FILES = {
+CIFAR10_FILES: dict[str, tuple[str, ...]] = {
     "train": tuple(f"{CIFAR10_DIR}/data_batch_{i}" for i in range(1, 6)),
     "test": (f"{CIFAR10_DIR}/test_batch",),
     "meta": (f"{CIFAR10_DIR}/batches.meta",),
 }
-CIFAR100_FILES = {
+CIFAR100_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{CIFAR100_DIR}/train",),
     "test": (f"{CIFAR100_DIR}/test",),
     "meta": (f"{CIFAR100_DIR}/meta",),

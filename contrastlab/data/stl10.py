@@ -18,7 +18,7 @@ __all__ = ["load_stl10", "STL10_FILES", "STL10_SOURCE"]
 
 STL10_SOURCE = "https://cs.stanford.edu/~acoates/stl10/ (stl10_binary.tar.gz)"
 STL10_DIR = "stl10_binary"
-STL10_FILES = {
+STL10_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{STL10_DIR}/train_X.bin", f"{STL10_DIR}/train_y.bin"),
     "test": (f"{STL10_DIR}/test_X.bin", f"{STL10_DIR}/test_y.bin"),
     "unlabeled": (f"{STL10_DIR}/unlabeled_X.bin",),

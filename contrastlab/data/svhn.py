@@ -16,7 +16,7 @@ from contrastlab.data.base import ImageDataset, missing_files_error
 __all__ = ["load_svhn", "SVHN_FILES", "SVHN_SOURCE"]
 
 SVHN_SOURCE = "http://ufldl.stanford.edu/housenumbers/ (format 2: cropped digits, *_32x32.mat)"
-SVHN_FILES = {split: (f"{split}_32x32.mat",) for split in ("train", "test", "extra")}
+SVHN_FILES: dict[str, tuple[str, ...]] = {split: (f"{split}_32x32.mat",) for split in ("train", "test", "extra")}
 
 
 def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:

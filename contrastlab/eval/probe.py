@@ -321,11 +321,15 @@ def knn_predict(
     )
     # weights exp(s_j / tau), divided by the row's largest (argmax-invariant, cannot overflow): (M, k_max)
     votes = torch.exp((sims - sims[:, :1]) / temperature)
-    one_hot = F.one_hot(train_labels.to(idx.device)[idx], n_cls).to(votes.dtype)  # (M, k_max, K)
-    weighted = votes.unsqueeze(2) * one_hot
-    # cumulative vote totals over the neighbour rank: row r holds the totals of the r+1 nearest
-    totals = weighted.cumsum(1)
-    return {kk: totals[:, kk - 1].argmax(1).cpu() for kk in ks}
+    neighbour_labels = train_labels.to(idx.device)[idx]  # (M, k_max)
+    preds: dict[int, list[Tensor]] = {kk: [] for kk in ks}
+    for start in range(0, votes.shape[0], chunk_size):  # class totals (chunk, K) per k: memory chunk × K
+        v, lab = votes[start : start + chunk_size], neighbour_labels[start : start + chunk_size]
+        for kk in ks:
+            totals = torch.zeros(v.shape[0], n_cls, dtype=v.dtype, device=v.device)
+            totals.scatter_add_(1, lab[:, :kk], v[:, :kk])
+            preds[kk].append(totals.argmax(1).cpu())
+    return {kk: torch.cat(p) for kk, p in preds.items()}
 
 
 def knn_accuracy(

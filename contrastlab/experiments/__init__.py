@@ -206,7 +206,11 @@ def run_experiment(
     out = Path(out_dir) if out_dir is not None else default_out_dir(name)
     out.mkdir(parents=True, exist_ok=True)
     cfg_dict = to_dict(cfg)
-    write_json_atomic(out / "config.json", {"name": name, "quick": quick, "config": cfg_dict})
+    from contrastlab.distributed import rank
+
+    is_main = rank() == 0  # under torchrun, rank 0 alone writes files
+    if is_main:
+        write_json_atomic(out / "config.json", {"name": name, "quick": quick, "config": cfg_dict})
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
     results = validate_results(module.run(cfg, out), out, name)
@@ -226,6 +230,7 @@ def run_experiment(
         "host": host_info(),
         "argv": list(sys.argv),
     }
-    write_json_atomic(out / "results.json", full)
+    if is_main:
+        write_json_atomic(out / "results.json", full)
     full["out_dir"] = str(out)
     return full

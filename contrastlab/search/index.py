@@ -352,7 +352,8 @@ class EmbeddingIndex:
 
         Args:
             queries: query vectors.
-            k: neighbours per query, ``1 ≤ k ≤ N`` (``N − 1`` with ``exclude_ids``).
+            k: neighbours per query, ``1 ≤ k ≤ N`` (``N − 1`` with ``exclude_ids``). HNSW searches with
+                ``max(ef_search, k)`` candidates, since it cannot return more hits than candidates.
             exclude_ids: per query, an id to leave out of its results (use ids absent from the index for
                 queries that are not in the corpus).
             batch_size: queries per faiss call.
@@ -378,15 +379,22 @@ class EmbeddingIndex:
         scores = np.empty((nq, k), dtype=np.float32)
         positions = np.empty((nq, k), dtype=np.int64)
         searcher = self._searcher()
+        if self.kind == "hnsw":  # HNSW returns at most efSearch hits: search with max(ef_search, k) candidates
+            # (set on the index, not through `params=`, which faiss.contrib.torch_utils' wrapper drops)
+            searcher.hnsw.efSearch = max(self._ef_search, kk)
         bar = _progress(progress, "searching", nq)
-        for s in range(0, nq, batch_size):
-            e = min(s + batch_size, nq)
-            d, i = searcher.search(xq[s:e], kk)
-            if excl is not None:
-                d, i = self._drop_self(d, i, excl[s:e], k)
-            scores[s:e], positions[s:e] = d, i
-            bar.advance(e - s)
-        bar.close()
+        try:
+            for s in range(0, nq, batch_size):
+                e = min(s + batch_size, nq)
+                d, i = searcher.search(xq[s:e], kk)
+                if excl is not None:
+                    d, i = self._drop_self(d, i, excl[s:e], k)
+                scores[s:e], positions[s:e] = d, i
+                bar.advance(e - s)
+        finally:
+            bar.close()
+            if self.kind == "hnsw":
+                searcher.hnsw.efSearch = self._ef_search
         if (positions < 0).any():  # approximate indexes can return fewer than k hits
             raise ValueError(
                 f"k = {k}: the index returned fewer than k results for some queries; raise nprobe/ef_search"

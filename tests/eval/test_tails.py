@@ -1,0 +1,107 @@
+"""EVT tail diagnostics: GPD recovery on exact GPD data, the isotropic-sphere shape ξ = −2/(D − 1),
+negatives with labels, the per-anchor AIC comparison, the QQ data and the figure."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+
+from contrastlab.eval.tails import (
+    isotropic_xi,
+    negative_cosines,
+    plot_tail_diagnostics,
+    pot_fit,
+    qq_points,
+    tail_diagnostics,
+)
+from contrastlab.losses.weince import anchor_tail_stats
+
+
+def test_pot_fit_recovers_a_gpd_and_its_endpoint():
+    rng = np.random.default_rng(0)
+    y = sps.genpareto.rvs(-0.3, scale=0.1, size=4000, random_state=rng) + 0.2
+    fit = pot_fit(y, threshold_quantile=0.0)
+    assert fit.n == 4000 and fit.n_exceed == 3999  # the minimum is the threshold itself
+    assert fit.xi == pytest.approx(-0.3, abs=0.05)
+    assert fit.sigma == pytest.approx(0.1, rel=0.08)
+    assert fit.endpoint == pytest.approx(0.2 + 0.1 / 0.3, abs=0.03)
+    assert fit.endpoint == pytest.approx(fit.threshold - fit.sigma / fit.xi)
+    assert fit.delta_aic > 10  # ξ ≠ 0 is clearly preferred over the exponential
+    ll = np.sum(sps.genpareto.logpdf(np.sort(y[y > fit.threshold] - fit.threshold), fit.xi, scale=fit.sigma))
+    assert fit.loglik == pytest.approx(ll)
+
+
+def test_exponential_data_is_not_forced_into_weibull():
+    rng = np.random.default_rng(1)
+    fit = pot_fit(rng.exponential(0.5, size=4000), threshold_quantile=0.5)
+    assert abs(fit.xi) < 0.08 and fit.delta_aic < 4  # no evidence against ξ = 0
+    assert fit.sigma_exponential == pytest.approx(0.5, rel=0.08)
+
+
+@pytest.mark.parametrize("dim", [5, 9])
+def test_isotropic_sphere_matches_minus_two_over_d_minus_one(dim):
+    z = torch.randn(900, dim, generator=torch.Generator().manual_seed(dim), dtype=torch.float64)
+    rep = tail_diagnostics(z, threshold_quantile=0.99)
+    assert rep.xi_isotropic == isotropic_xi(dim) == -2 / (dim - 1)
+    assert rep.pot.xi == pytest.approx(rep.xi_isotropic, abs=0.1)
+    assert rep.pot.endpoint <= 1.0 + 0.02
+    assert rep.pot.n == 900 * 899 // 2  # all unordered pairs, each once
+    assert rep.frac_weibull > 0.9  # every anchor's top is in the Weibull domain at this dimension
+
+
+def test_negative_cosines_excludes_self_and_same_label():
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(6, 4, generator=g)
+    z = torch.cat([base, base])  # items i and i + 6 are identical (cosine 1) and share a label
+    labels = torch.arange(12) % 6
+    per_anchor, pooled = negative_cosines(z, labels)
+    assert per_anchor.shape == (12, 12)
+    assert np.isneginf(per_anchor[np.arange(12), np.arange(12)]).all()
+    assert np.isneginf(per_anchor[np.arange(6), np.arange(6) + 6]).all()
+    assert pooled.max() < 1 - 1e-6 and pooled.size == (12 * 12 - 24) // 2
+    per_all, pooled_all = negative_cosines(z)
+    assert pooled_all.max() == pytest.approx(1.0) and pooled_all.size == 66
+    sub, pooled_sub = negative_cosines(z, max_anchors=5, seed=3)
+    assert sub.shape == (5, 12) and pooled_sub.size == 5 * 11
+
+
+def test_per_anchor_comparison_is_the_loss_statistics():
+    z = torch.randn(200, 6, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    rep = tail_diagnostics(z, max_anchors=50, margin=0.0, threshold_quantile=0.95)
+    per_anchor, _ = negative_cosines(z, max_anchors=50)
+    want = anchor_tail_stats(torch.from_numpy(per_anchor), margin=0.0)
+    torch.testing.assert_close(rep.anchors.delta_aic, want.delta_aic)
+    assert rep.frac_weibull == pytest.approx(float((want.delta_aic > 0).double().mean()))
+
+
+def test_qq_points_and_figure(tmp_path):
+    rng = np.random.default_rng(3)
+    y = sps.genpareto.rvs(-0.4, scale=0.05, size=500, random_state=rng)
+    fit = pot_fit(y, threshold_quantile=0.0)
+    q_gpd, q_exp, emp = qq_points(fit, y[y > fit.threshold] - fit.threshold)
+    assert q_gpd.shape == q_exp.shape == emp.shape == (499,)
+    assert np.all(np.diff(emp) >= 0) and np.all(np.diff(q_gpd) > 0)
+    assert np.corrcoef(q_gpd, emp)[0, 1] > 0.99
+    z = torch.randn(300, 8, generator=torch.Generator().manual_seed(4))
+    out = plot_tail_diagnostics(tail_diagnostics(z, threshold_quantile=0.98), tmp_path / "tails.png", title="iso")
+    assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_inputs_name_the_argument():
+    with pytest.raises(TypeError, match="^embeddings"):
+        negative_cosines([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="^embeddings"):
+        negative_cosines(torch.randn(1, 3))
+    with pytest.raises(ValueError, match="^labels"):
+        negative_cosines(torch.randn(4, 3), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="^labels"):
+        negative_cosines(torch.randn(4, 3), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="^max_anchors"):
+        negative_cosines(torch.randn(4, 3), max_anchors=0)
+    with pytest.raises(ValueError, match="^threshold_quantile"):
+        pot_fit(np.arange(100.0), threshold_quantile=1.0)
+    with pytest.raises(ValueError, match="^values"):
+        pot_fit(np.arange(100.0), threshold_quantile=0.99)
+    assert math.isnan(isotropic_xi(1))

@@ -1,0 +1,565 @@
+"""WEINCE: reduction to NT-Xent/InfoNCE, stop-gradient statistics, the per-anchor fits against
+numpy.polyfit and a per-row loop written from §2.3 of the reference, hand cases, the Weibit law,
+float64 gradcheck, state handling and the bad-input contract."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contrastlab.losses import WEINCELoss, info_nce, nt_xent, weince
+from contrastlab.losses.weince import (
+    GlobalBetaConfig,
+    anchor_tail_stats,
+    global_tail_beta,
+    rowwise_ols,
+    tail_size,
+    update_beta_ema,
+)
+
+
+def _views(n: int, d: int, seed: int, dtype=torch.float32, corr: float = 0.7):
+    g = torch.Generator().manual_seed(seed)
+    za = torch.randn(n, d, generator=g, dtype=dtype)
+    zb = corr * za + (1 - corr) * torch.randn(n, d, generator=g, dtype=dtype)
+    return za, zb
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+# ---------------------------------------------------------------- naive reference, one row at a time (§2.3)
+
+
+def naive_row_stats(s_neg: np.ndarray, *, tail_frac=0.1, min_tail=32, eps=1e-6):
+    """Steps 1–2 of §2.3 for one anchor, written directly from the text with numpy.polyfit."""
+    k_neg = len(s_neg)
+    k_tail = min(max(10, min(int(max(min_tail, round(tail_frac * k_neg))), k_neg)), k_neg)
+    top = np.sort(s_neg)[::-1][:k_tail]
+    rho = max(1.0 - top[0], eps)
+    burn = max(1, k_tail // 20)
+    x = np.log(np.maximum(1.0 - top, eps))[burn:]
+    f = np.maximum(np.arange(1, k_tail + 1) / (k_tail + 1.0), eps)[burn:]
+    y_w, y_g = np.log(f), np.log(-np.log(f))
+    n = len(x)
+    out = {}
+    for name, y in (("w", y_w), ("g", y_g)):
+        b, a = np.polyfit(x, y, 1)
+        sse = max(float(np.sum((y - (a + b * x)) ** 2)), 1e-12)
+        out[name] = (b, sse)
+    b_w, sse_w = out["w"]
+    b_g, sse_g = out["g"]
+    r2 = min(max(1.0 - sse_w / max(np.sum((y_w - y_w.mean()) ** 2), 1e-12), 0.0), 1.0)
+    if b_w <= 0:
+        sse_w += 1e6
+    if b_g >= 0:
+        sse_g += 1e6
+    aic_w = n * math.log(sse_w / n) + 4.0
+    aic_g = n * math.log(sse_g / n) + 4.0
+    return {"rho": rho, "beta_hat": max(b_w, 0.0), "r2": r2, "delta_aic": aic_g - aic_w}
+
+
+def naive_stats(neg: np.ndarray, *, q=0.2, kappa_rho=10.0, kappa_aic=1.0, margin=2.0, **kw):
+    rows = [naive_row_stats(r, **kw) for r in neg]
+    rho = np.array([r["rho"] for r in rows])
+    rho0 = np.sort(rho)[int(round(q * (len(rho) - 1)))]
+    lam = np.array(
+        [
+            _sigmoid(kappa_rho * (math.log(rho0) - math.log(r["rho"])))
+            * _sigmoid(kappa_aic * (r["delta_aic"] - margin))
+            for r in rows
+        ]
+    )
+    return rows, rho0, lam
+
+
+def _simclr_negatives(za: torch.Tensor, zb: torch.Tensor) -> np.ndarray:
+    """Each of the 2N views' 2N − 2 negative cosines, by explicit loops over (i, j)."""
+    z = torch.nn.functional.normalize(torch.cat([za, zb]).double(), dim=1).numpy()
+    n2 = z.shape[0]
+    n = n2 // 2
+    return np.array([[z[i] @ z[j] for j in range(n2) if j != i and j != (i + n) % n2] for i in range(n2)])
+
+
+# ---------------------------------------------------------------- reductions to the softmax losses
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 64])
+@pytest.mark.parametrize("tau", [0.5, 0.1, 0.07, 2.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lambda_zero_is_nt_xent_bit_for_bit(n, tau, dtype):
+    za, zb = _views(n, 8, seed=n, dtype=dtype)
+    for reduction in ("mean", "none"):
+        got = weince(za, zb, temperature=tau, fixed_lambda=0.0, reduction=reduction)
+        want = nt_xent(za, zb, temperature=tau, reduction=reduction)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+
+
+@pytest.mark.parametrize("tau", [0.5, 0.07])
+@pytest.mark.parametrize("negs", [None, "shared", "per_anchor"])
+def test_mixing_path_with_vanishing_lambda_matches_the_softmax_losses(tau, negs):
+    """λ = 1e-30 runs the Weibit-mixing code (not the λ ≡ 0 shortcut): loss and gradients are NT-Xent's
+    (InfoNCE's) to rounding."""
+    za, zb = _views(24, 8, seed=7, dtype=torch.float64)
+    g = torch.Generator().manual_seed(8)
+    n = None
+    if negs == "shared":
+        n = torch.randn(30, 8, generator=g, dtype=torch.float64)
+    elif negs == "per_anchor":
+        n = torch.randn(24, 9, 8, generator=g, dtype=torch.float64)
+    a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    got = weince(a, b, n, temperature=tau, fixed_lambda=1e-30, reduction="none")
+    a2, b2 = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    want = (
+        nt_xent(a2, b2, temperature=tau, reduction="none")
+        if n is None
+        else info_nce(a2, b2, n, temperature=tau, reduction="none")
+    )
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    w = torch.linspace(0.5, 1.5, got.shape[0], dtype=torch.float64)
+    for x, y in zip(
+        torch.autograd.grad((got * w).sum(), [a, b]), torch.autograd.grad((want * w).sum(), [a2, b2]), strict=True
+    ):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_huge_margin_drives_lambda_to_zero():
+    za, zb = _views(32, 8, seed=1)
+    loss, stats = weince(za, zb, margin=1e9, return_stats=True)
+    assert torch.all(stats.tail.lam == 0)
+    assert torch.equal(loss, nt_xent(za, zb))
+
+
+@pytest.mark.parametrize("shape", ["shared", "per_anchor"])
+def test_lambda_zero_with_explicit_negatives_is_info_nce(shape):
+    za, zb = _views(12, 6, seed=3)
+    g = torch.Generator().manual_seed(4)
+    negs = torch.randn(20, 6, generator=g) if shape == "shared" else torch.randn(12, 15, 6, generator=g)
+    got = weince(za, zb, negs, temperature=0.1, fixed_lambda=0.0, reduction="none")
+    want = info_nce(za, zb, negs, temperature=0.1, reduction="none")
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_default_statistics_are_not_trivial():
+    """On correlated views the default gate is neither all-off nor all-on (the test above is not vacuous)."""
+    za, zb = _views(128, 16, seed=5)
+    loss, stats = weince(za, zb, return_stats=True)
+    lam = stats.tail.lam
+    assert 0.0 < float(lam.min()) < float(lam.max()) and float(lam.max()) > 0.5
+    assert not torch.allclose(loss, nt_xent(za, zb))
+
+
+# ---------------------------------------------------------------- the statistics
+
+
+def test_rowwise_ols_equals_polyfit_row_by_row():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 30, generator=g, dtype=torch.float64)
+    y = torch.randn(30, generator=g, dtype=torch.float64)
+    slope, intercept, sse = rowwise_ols(x, y)
+    for r in range(7):
+        b, a = np.polyfit(x[r].numpy(), y.numpy(), 1)
+        resid = y.numpy() - (a + b * x[r].numpy())
+        assert slope[r].item() == pytest.approx(b, rel=1e-10)
+        assert intercept[r].item() == pytest.approx(a, rel=1e-10, abs=1e-12)
+        assert sse[r].item() == pytest.approx(float(resid @ resid), rel=1e-9)
+
+
+def test_per_anchor_fits_equal_polyfit_inside_the_loss():
+    """β̂_i reported by the loss = polyfit slope of log F̂ on the anchor's own log shortfalls."""
+    za, zb = _views(40, 8, seed=6, dtype=torch.float64)
+    _, stats = weince(za, zb, return_stats=True)
+    neg = _simclr_negatives(za, zb)
+    for i in range(0, 80, 7):
+        assert stats.tail.beta_hat[i].item() == pytest.approx(naive_row_stats(neg[i])["beta_hat"], rel=1e-8)
+
+
+@pytest.mark.parametrize("n,q,margin", [(40, 0.2, 2.0), (9, 0.5, 0.0), (70, 0.0, 6.0)])
+def test_vectorised_statistics_equal_the_naive_loop(n, q, margin):
+    za, zb = _views(n, 10, seed=n, dtype=torch.float64)
+    _, stats = weince(za, zb, q=q, margin=margin, kappa_rho=5.0, kappa_aic=0.5, return_stats=True)
+    rows, rho0, lam = naive_stats(_simclr_negatives(za, zb), q=q, margin=margin, kappa_rho=5.0, kappa_aic=0.5)
+    t = stats.tail
+    np.testing.assert_allclose(t.rho.numpy(), [r["rho"] for r in rows], rtol=1e-12)
+    np.testing.assert_allclose(t.beta_hat.numpy(), [r["beta_hat"] for r in rows], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(t.r2.numpy(), [r["r2"] for r in rows], rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(t.delta_aic.numpy(), [r["delta_aic"] for r in rows], rtol=1e-7, atol=1e-6)
+    assert float(t.rho0) == pytest.approx(rho0, rel=1e-12)
+    np.testing.assert_allclose(t.lam.numpy(), lam, rtol=1e-7, atol=1e-12)
+
+
+def test_statistics_match_in_float32_too():
+    za, zb = _views(48, 10, seed=8)
+    _, stats = weince(za, zb, return_stats=True)
+    _, _, lam = naive_stats(_simclr_negatives(za, zb))
+    np.testing.assert_allclose(stats.tail.lam.numpy(), lam, atol=2e-3)
+
+
+def test_tail_size_as_coded():
+    assert tail_size(510, 0.1, 32) == 51  # N = 256, the paper's batch
+    assert tail_size(126, 0.1, 32) == 32
+    assert tail_size(20, 0.1, 32) == 20
+    assert tail_size(6, 0.1, 32) == 6  # fewer than 10 negatives: all of them
+    assert tail_size(1000, 0.0125, 1) == 12  # round(12.5) = 12, Python's half-to-even as in the code
+
+
+def test_lambda_hand_case_cap_proximity_pivot():
+    """Five anchors with ρ = 0.5..0.1 and κ_AIC = 0: λ_i = ½·σ(κ_ρ(log ρ_0 − log ρ_i)), ρ_0 = 2nd smallest."""
+    rho = [0.5, 0.4, 0.3, 0.2, 0.1]
+    g = torch.Generator().manual_seed(0)
+    rows = [torch.cat([torch.tensor([1 - r]), (1 - r) - 0.5 * torch.rand(30, generator=g)]) for r in rho]
+    neg = torch.stack(rows).double()
+    neg[:, 0] = torch.tensor([1 - r for r in rho], dtype=torch.float64)
+    st_ = anchor_tail_stats(neg, q=0.25, kappa_rho=10.0, kappa_aic=0.0)
+    assert float(st_.rho0) == pytest.approx(0.2)
+    want = [0.5 * _sigmoid(10 * (math.log(0.2) - math.log(r))) for r in rho]
+    np.testing.assert_allclose(st_.lam.numpy(), want, rtol=1e-12)
+
+
+def test_aic_hand_cases():
+    # (a) Exact power-law tail: log F̂ = log c + β log δ, so the Weibull fit is perfect (SSE floored at 1e-12).
+    k_neg, beta = 100, 3.0
+    k_tail = tail_size(k_neg, 0.1, 32)  # 32
+    f = np.arange(1, k_tail + 1) / (k_tail + 1.0)
+    delta = (f / 0.5) ** (1 / beta)  # F(δ) = 0.5 δ^β on the tail
+    s = np.concatenate([1 - delta, np.full(k_neg - k_tail, -0.9)])
+    st_ = anchor_tail_stats(torch.tensor(s[None]), margin=0.0, kappa_aic=1.0, q=0.0)
+    burn = max(1, k_tail // 20)
+    n = k_tail - burn
+    x = np.log(delta)[burn:]
+    y_g = np.log(-np.log(f[burn:]))
+    b_g, a_g = np.polyfit(x, y_g, 1)
+    sse_g = np.sum((y_g - a_g - b_g * x) ** 2)
+    want = (n * math.log(sse_g / n) + 4) - (n * math.log(1e-12 / n) + 4)
+    assert st_.beta_hat.item() == pytest.approx(beta, rel=1e-9)
+    assert st_.r2.item() == pytest.approx(1.0)
+    assert st_.delta_aic.item() == pytest.approx(want, rel=1e-6)
+    # one anchor: ρ_0 = ρ, so λ = σ(0)·σ(ΔAIC) = ½ (ΔAIC ≫ 0 here).
+    assert st_.lam.item() == pytest.approx(0.5 * _sigmoid(want))
+    # (b) All negatives 0 (log δ = 0 exactly): both slopes are 0, both of the wrong sign, both SSEs +1e6.
+    st_ = anchor_tail_stats(torch.zeros((1, 50), dtype=torch.float64), margin=0.0)
+    k_tail = tail_size(50, 0.1, 32)
+    burn = max(1, k_tail // 20)
+    n = k_tail - burn
+    fb = (np.arange(1, k_tail + 1) / (k_tail + 1.0))[burn:]
+    sse_w = np.sum((np.log(fb) - np.log(fb).mean()) ** 2) + 1e6
+    sse_g = np.sum((np.log(-np.log(fb)) - np.log(-np.log(fb)).mean()) ** 2) + 1e6
+    assert st_.beta_hat.item() == 0.0
+    assert st_.delta_aic.item() == pytest.approx(n * math.log(sse_g / n) - n * math.log(sse_w / n), rel=1e-9)
+
+
+def test_weibull_domain_tail_recovers_beta_and_favours_weibull():
+    """Shortfalls δ = U^{1/β} have F(δ) = δ^β exactly: β̂ ≈ β and ΔAIC > 0 on every anchor."""
+    g = torch.Generator().manual_seed(0)
+    for beta in (0.8, 2.0, 5.0):
+        delta = torch.rand(16, 4000, generator=g, dtype=torch.float64) ** (1 / beta)
+        st_ = anchor_tail_stats(1 - delta, tail_frac=0.05)
+        assert abs(float(st_.beta_hat.mean()) / beta - 1) < 0.1
+        assert bool((st_.delta_aic > 0).all())
+
+
+def test_global_beta_matches_naive_and_ema_rules():
+    g = torch.Generator().manual_seed(1)
+    delta = torch.rand(3000, generator=g, dtype=torch.float64) ** (1 / 3.0)
+    beta_hat, r2 = global_tail_beta(1 - delta, tail_frac=0.05, min_tail=200)
+    d = np.sort(np.maximum(delta.numpy(), 1e-6))[:200]
+    f = np.arange(1, 201) / 201.0
+    b, _ = np.polyfit(np.log(d)[10:], np.log(f)[10:], 1)
+    assert beta_hat == pytest.approx(b, rel=1e-9) and 0.9 < r2 <= 1.0
+    assert global_tail_beta(torch.rand(8)) is None  # fewer than 10 tail points
+    cfg = GlobalBetaConfig()
+    assert update_beta_ema(4.0, None, cfg) == 4.0
+    assert update_beta_ema(4.0, (30.0, 0.5), cfg) == 4.0  # R² below 0.85: rejected
+    assert update_beta_ema(4.0, (30.0, 0.9), cfg) == pytest.approx(0.9 * 4 + 0.1 * 16)  # clamped to 16
+    assert update_beta_ema(4.0, (2.0, 0.9), cfg) == pytest.approx(0.9 * 4 + 0.1 * 2)
+
+
+# ---------------------------------------------------------------- the Weibit law P(i) ∝ (1 − s_i)^{−β}
+
+
+def _one_anchor(scores):
+    """An anchor e₁ and unit candidates with cosine s to it."""
+    s = torch.tensor(scores, dtype=torch.float64)
+    cand = torch.stack([s, torch.sqrt(1 - s**2)], dim=1)
+    return torch.tensor([[1.0, 0.0]], dtype=torch.float64), cand
+
+
+def _choice_nll(scores, pick, *, weibit_beta=None, tau=None):
+    """−log P(candidate `pick`) under the pure Weibit (λ = 1, β) or softmax (λ = 0, τ) model, via weince."""
+    anchor, cand = _one_anchor(scores)
+    others = torch.cat([cand[:pick], cand[pick + 1 :]])
+    if weibit_beta is not None:
+        return float(
+            weince(
+                anchor, cand[pick : pick + 1], others, fixed_lambda=1.0, beta_mode="global_ema", beta_ema=weibit_beta
+            )
+        )
+    return float(weince(anchor, cand[pick : pick + 1], others, temperature=tau, fixed_lambda=0.0))
+
+
+def test_weibit_law_and_softmax_bias_floor():
+    """The repo's synthetic: scores {0.15, 0.45, 0.70, 0.90}, β = 0.8. λ = 1 gives exactly the Weibit
+    law; its expected NLL is minimised at β = 0.8 and equals the entropy, while no softmax temperature
+    reaches it (the bias floor)."""
+    scores, beta = [0.15, 0.45, 0.70, 0.90], 0.8
+    w = np.array([(1 - s) ** -beta for s in scores])
+    p = w / w.sum()
+    for i in range(4):
+        assert _choice_nll(scores, i, weibit_beta=beta) == pytest.approx(-math.log(p[i]), rel=1e-12)
+    entropy = -float(p @ np.log(p))
+
+    def expected_nll(**kw):
+        return sum(p[i] * _choice_nll(scores, i, **kw) for i in range(4))
+
+    betas = [0.6, 0.7, 0.8, 0.9, 1.0]
+    nll_w = [expected_nll(weibit_beta=b) for b in betas]
+    assert int(np.argmin(nll_w)) == 2 and nll_w[2] == pytest.approx(entropy, rel=1e-12)
+    best_softmax = min(expected_nll(tau=t) for t in np.geomspace(0.05, 5.0, 60))
+    assert best_softmax - entropy > 1e-3
+
+
+# ---------------------------------------------------------------- gradients
+
+
+def test_no_gradient_through_lambda_or_beta():
+    """Autograd's gradient equals that of the formula rebuilt with λ_i, β_i as detached constants."""
+    za, zb = _views(24, 6, seed=11, dtype=torch.float64)
+    za.requires_grad_()
+    zb.requires_grad_()
+    loss, stats = weince(za, zb, temperature=0.3, return_stats=True)
+    assert not stats.tail.lam.requires_grad and not stats.beta.requires_grad
+    ga, gb = torch.autograd.grad(loss, [za, zb])
+
+    lam, beta = stats.tail.lam.clone(), stats.beta.clone()
+    z = torch.nn.functional.normalize(torch.cat([za, zb]), dim=1)
+    s = z @ z.T
+    n2 = s.shape[0]
+    logits = (1 - lam[:, None]) * s / 0.3 + (lam * beta)[:, None] * -torch.log1p(-s.clamp(-1, 1 - 1e-6))
+    logits = logits.masked_fill(torch.eye(n2, dtype=torch.bool), float("-inf"))
+    pos = torch.cat([torch.arange(24, 48), torch.arange(0, 24)])
+    ref = (torch.logsumexp(logits, 1) - logits[torch.arange(n2), pos]).mean()
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    ra, rb = torch.autograd.grad(ref, [za, zb], retain_graph=True)
+    torch.testing.assert_close(ga, ra, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(gb, rb, rtol=1e-9, atol=1e-12)
+    # The check can fail: letting the gradient flow through a (differentiable) λ changes it.
+    lam_live = torch.sigmoid(10 * (s.masked_fill(torch.eye(n2, dtype=torch.bool), -1).max(1).values - 0.5))
+    live = (1 - lam_live[:, None]) * s / 0.3 + (lam_live * beta)[:, None] * -torch.log1p(-s.clamp(-1, 1 - 1e-6))
+    live = live.masked_fill(torch.eye(n2, dtype=torch.bool), float("-inf"))
+    la, _ = torch.autograd.grad((torch.logsumexp(live, 1) - live[torch.arange(n2), pos]).mean(), [za, zb])
+    assert not torch.allclose(la, ga)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"fixed_lambda": 0.3, "beta_mode": "one"},
+        {"fixed_lambda": 1.0, "beta_mode": "global_ema", "beta_ema": 2.5},
+        {"fixed_lambda": 0.6, "beta_mode": "one", "aux_top_m": 3},
+        {"fixed_lambda": 0.4, "beta_mode": "one", "negatives": "shared"},
+        {"fixed_lambda": 0.4, "beta_mode": "global_ema", "beta_ema": 3.0, "negatives": "per_anchor"},
+    ],
+)
+def test_gradcheck_float64_with_fixed_statistics(kw):
+    """With the stop-gradient statistics held fixed (λ fixed; β = 1 or a β_t that a global tail of
+    < 10 points cannot update) the analytic gradient matches finite differences."""
+    kw = dict(kw, global_beta=GlobalBetaConfig(tail_frac=0.01, min_tail=1))
+    g = torch.Generator().manual_seed(2)
+    za = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    zb = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    mode = kw.pop("negatives", None)
+    inputs = [za, zb]
+    if mode == "shared":
+        inputs.append(torch.randn(5, 3, generator=g, dtype=torch.float64, requires_grad=True))
+    elif mode == "per_anchor":
+        inputs.append(torch.randn(4, 5, 3, generator=g, dtype=torch.float64, requires_grad=True))
+    assert torch.autograd.gradcheck(lambda *t: weince(*t, temperature=0.4, **kw), inputs)
+
+
+def test_gradients_finite_at_lambda_one_and_identical_views():
+    """λ = 1 (0·(−inf) on the diagonal) and s → 1 (the 1 − eps clamp) give finite losses and gradients."""
+    za = torch.randn(8, 4, requires_grad=True)
+    for kw in ({"fixed_lambda": 1.0}, {"fixed_lambda": 1.0, "beta_mode": "one"}, {}):
+        loss = weince(za, za.detach().clone(), **kw)
+        (g,) = torch.autograd.grad(loss, [za])
+        assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("kw", [{}, {"fixed_lambda": 1.0}, {"beta_mode": "one", "margin": -50.0}])
+def test_fused_backward_equals_autograd_reference(kw):
+    """The hand-written backward (fixed τ) against plain autograd ops (the learnable-τ path), including
+    λ = 1 and views identical up to the 1 − eps clamp (row 0)."""
+    za, zb = _views(20, 5, seed=21, dtype=torch.float64)
+    zb[0] = za[0]
+    grads = []
+    for tau in (0.3, torch.tensor(0.3, dtype=torch.float64)):
+        a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+        loss = weince(a, b, temperature=tau, reduction="sum", **kw)
+        grads.append((loss, *torch.autograd.grad(loss, [a, b])))
+    for x, y in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
+def test_learnable_temperature_gets_the_softmax_part_only():
+    """∂L/∂τ through the Weibit term is 0 (it does not depend on τ): with λ = 1 the τ-gradient vanishes."""
+    za, zb = _views(10, 4, seed=22, dtype=torch.float64)
+    tau = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    (g1,) = torch.autograd.grad(weince(za, zb, temperature=tau, fixed_lambda=1.0, beta_mode="one"), [tau])
+    assert abs(float(g1)) < 1e-12
+    (g0,) = torch.autograd.grad(weince(za, zb, temperature=tau, fixed_lambda=0.0), [tau])
+    (gn,) = torch.autograd.grad(nt_xent(za, zb, temperature=tau), [tau])
+    torch.testing.assert_close(g0, gn)
+
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+magnitudes = st.one_of(st.just(0.0), st.floats(1e-6, 1e6), st.floats(-1e6, -1e-6))
+
+
+@SETTINGS
+@given(data=st.data(), tau=st.floats(1e-3, 1e3), mode=st.sampled_from(["per_anchor", "one", "global_ema"]))
+def test_valid_inputs_give_finite_loss_and_grads(data, tau, mode):
+    n = data.draw(st.integers(2, 6))
+    d = data.draw(st.integers(1, 4))
+    vals = data.draw(st.lists(magnitudes, min_size=2 * n * d, max_size=2 * n * d))
+    z = torch.tensor(vals, dtype=torch.float32).reshape(2, n, d)
+    za = z[0].clone().requires_grad_()
+    loss = weince(za, z[1], temperature=tau, beta_mode=mode, aux_top_m=data.draw(st.integers(0, 3)))
+    (g,) = torch.autograd.grad(loss, [za])
+    assert torch.isfinite(loss) and torch.isfinite(g).all()
+
+
+# ---------------------------------------------------------------- invariances, precision, state
+
+
+def test_permuting_pairs_and_swapping_views():
+    za, zb = _views(30, 8, seed=12, dtype=torch.float64)
+    per_row = weince(za, zb, reduction="none")
+    perm = torch.randperm(30, generator=torch.Generator().manual_seed(0))
+    permuted = weince(za[perm], zb[perm], reduction="none")
+    torch.testing.assert_close(permuted, per_row[torch.cat([perm, perm + 30])])
+    swapped = weince(zb, za, reduction="none")
+    torch.testing.assert_close(swapped, torch.cat([per_row[30:], per_row[:30]]))
+    torch.testing.assert_close(weince(3.0 * za, 0.5 * zb), weince(za, zb))  # cosine: scale-invariant
+
+
+@pytest.mark.parametrize("half", [torch.float16, torch.bfloat16])
+def test_half_inputs_are_computed_in_float32(half):
+    za, zb = _views(16, 8, seed=13)
+    za, zb = za.to(half), zb.to(half)
+    got = weince(za, zb)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, weince(za.float(), zb.float()))
+
+
+def test_autocast_does_not_lower_precision():
+    za, zb = _views(32, 8, seed=14)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = weince(za, zb)
+    assert torch.equal(got, weince(za, zb))
+
+
+def test_global_ema_state_is_explicit_and_module_buffer_matches():
+    za, zb = _views(300, 3, seed=15)  # 2N = 600 views: the global tail has 17,940 points (≥ 1024)
+    _, s1 = weince(za, zb, beta_mode="global_ema", return_stats=True)
+    assert s1.beta_global_hat is not None
+    _, s2 = weince(zb, za, beta_mode="global_ema", beta_ema=s1.beta_ema, return_stats=True)
+    assert float(s1.beta_ema) != 4.0  # the batch's estimate was accepted and moved the EMA
+    mod = WEINCELoss(beta_mode="global_ema")
+    assert "beta_ema" in mod.state_dict()
+    mod(za, zb)
+    assert float(mod.beta_ema) == float(s1.beta_ema)
+    mod.eval()
+    mod(zb, za)
+    assert float(mod.beta_ema) == float(s1.beta_ema)  # evaluation leaves the state alone
+    mod.train()
+    mod(zb, za)
+    assert float(mod.beta_ema) == float(s2.beta_ema)
+    assert mod.last_stats is not None and mod.last_stats.tail.lam.shape == (600,)
+
+
+def test_module_matches_function_and_aux_terms_add():
+    za, zb = _views(40, 8, seed=16)
+    mod = WEINCELoss(temperature=0.2, margin=0.0, aux_top_m=10)
+    want = weince(za, zb, temperature=0.2, margin=0.0, aux_top_m=10)
+    assert torch.equal(mod(za, zb), want)
+    base = weince(za, zb, temperature=0.2, margin=0.0)
+    assert float(want) > float(base)  # two non-negative cross-entropies added with weight 0.5
+    assert "beta_mode='per_anchor'" in repr(mod)
+
+
+# ---------------------------------------------------------------- bad inputs
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"z_a": [[1.0]]}, "z_a"),
+        ({"z_b": torch.randn(4, 5)}, "z_b"),
+        ({"z_a": torch.randn(1, 3), "z_b": torch.randn(1, 3)}, "z_a"),
+        ({"z_a": torch.full((4, 3), float("nan"))}, "z_a"),
+        ({"negatives": torch.randn(4, 2)}, "negatives"),
+        ({"negatives": torch.randn(5, 2, 3)}, "negatives"),
+        ({"negatives": "x"}, "negatives"),
+        ({"beta_mode": "beta"}, "beta_mode"),
+        ({"q": 1.5}, "q"),
+        ({"tail_frac": 0.0}, "tail_frac"),
+        ({"min_tail": 0}, "min_tail"),
+        ({"min_tail": 3.0}, "min_tail"),
+        ({"kappa_rho": -1.0}, "kappa_rho"),
+        ({"kappa_aic": float("inf")}, "kappa_aic"),
+        ({"margin": float("nan")}, "margin"),
+        ({"eps": 1.0}, "eps"),
+        ({"fixed_lambda": 1.5}, "fixed_lambda"),
+        ({"aux_top_m": -1}, "aux_top_m"),
+        ({"aux_weight": -0.5}, "aux_weight"),
+        ({"beta_ema": -1.0}, "beta_ema"),
+        ({"beta_ema": torch.ones(2)}, "beta_ema"),
+        ({"global_beta": {}}, "global_beta"),
+        ({"temperature": 0.0}, "temperature"),
+        ({"reduction": "max"}, "reduction"),
+        ({"return_stats": 1}, "return_stats"),
+    ],
+)
+def test_bad_inputs_name_the_argument(kwargs, name):
+    args = {"z_a": torch.randn(4, 3), "z_b": torch.randn(4, 3)}
+    args.update(kwargs)
+    za, zb = args.pop("z_a"), args.pop("z_b")
+    with pytest.raises((ValueError, TypeError), match=f"^{name}"):
+        weince(za, zb, **args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"beta_mode": "x"}, "beta_mode"),
+        ({"q": -0.1}, "q"),
+        ({"fixed_lambda": -1.0}, "fixed_lambda"),
+        ({"global_beta": None}, "global_beta"),
+        ({"temperature": -1.0}, "temperature"),
+    ],
+)
+def test_module_validates_at_construction(kwargs, name):
+    with pytest.raises((ValueError, TypeError), match=f"^{name}"):
+        WEINCELoss(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("tail_frac", 2.0), ("min_tail", 0), ("r2_min", 1.5), ("beta_max", 0.1), ("momentum", 1.0), ("init", 0.0)],
+)
+def test_global_beta_config_validates(field, value):
+    with pytest.raises((ValueError, TypeError), match=f"^{field}"):
+        GlobalBetaConfig(**{field: value})
+
+
+def test_anchor_tail_stats_validates():
+    with pytest.raises(TypeError, match="^neg_sims"):
+        anchor_tail_stats([[0.1]])
+    with pytest.raises(ValueError, match="^neg_sims"):
+        anchor_tail_stats(torch.tensor([[float("nan"), 0.1]]))
+    with pytest.raises(ValueError, match="^neg_sims"):
+        anchor_tail_stats(torch.full((2, 3), float("-inf")))
