@@ -102,6 +102,8 @@ class Config:
     """encoder/augmentation seeds (the paper: 5 runs)"""
     device: str = "auto"
     """'auto' (CUDA when available), 'cpu' or 'cuda'"""
+    precision: str = "fp32"
+    """'fp32', 'bf16' or 'fp16' (autocast in contrastlab.train.fit; bf16 for the full protocol on a GPU)"""
 
 
 QUICK = Config(steps=250, batch_size=128, lr=1e-3, seeds=(0, 1, 2))
@@ -121,6 +123,7 @@ FULL_CIFAR10 = Config(
     batch_size=2000,
     seeds=(0, 1, 2, 3, 4),
     device="cuda",
+    precision="bf16",
 )
 """The paper's protocol: 200 epochs at batch 2000, τ = 0.5, Adam 3e-4, ≈ 11 M-parameter encoders, 5 runs."""
 
@@ -164,6 +167,22 @@ def step_flops(name: str, c: Config, *, channels: int = 3, image_size: int = 32)
     with counter:
         model(x).sum().backward()
     return int(counter.get_total_flops())
+
+
+GPU_PEAK_BF16 = {"A100": 312e12, "H100": 989e12}
+"""Dense bf16 tensor-core peaks (FLOP/s) of NVIDIA A100 (SXM/PCIe) and H100 SXM, from NVIDIA's data sheets."""
+ASSUMED_UTILISATION = 0.4
+"""Fraction of peak assumed achieved in the runtime estimate (model FLOPs utilisation)."""
+
+
+def _full_protocol_cost(name: str) -> list[Any]:
+    c = FULL_CIFAR10
+    flops = step_flops(name, c)
+    run_flops = flops * c.steps
+    minutes = [run_flops / (ASSUMED_UTILISATION * GPU_PEAK_BF16[g]) / 60 for g in ("A100", "H100")]
+    with torch.device("meta"):  # shapes only: nothing is allocated
+        n = count_parameters(build_encoder(name, 3, 32, c))
+    return [ENCODER_LABELS[name], n, flops / 1e12, run_flops / 1e15, *minutes]
 
 
 def _load(c: Config) -> tuple[ImageDataset, ImageDataset, str]:
@@ -216,6 +235,7 @@ def _pretrain_and_probe(
         steps=c.steps,
         seed=seed,
         device=str(device),
+        precision=c.precision,  # type: ignore[arg-type]  # checked by TrainConfig
         progress=False,
         log_every=max(1, c.steps // 20),
         optim=OptimConfig(name="adam", lr=c.lr),
@@ -404,6 +424,12 @@ def run(config: Config, out_dir: Path) -> dict:
             "columns": ["features", "linear acc"],
             "rows": [[k, v] for k, v in baselines.items()],
         },  # fmt: skip
+        {
+            "title": "Cost of the full CIFAR-10 protocol per run (FLOPs counted on the meta device; GPU minutes "
+            "are FLOPs / (0.4 × peak bf16), an assumption, not a measurement)",
+            "columns": ["encoder", "parameters", "TFLOP per step", "PFLOP per run", "A100 min", "H100 min"],
+            "rows": [_full_protocol_cost(e) for e in c.encoders],
+        },
         {
             "title": "Every run",
             "columns": ["encoder", "regime", "seed", "linear acc", "final loss", "train seconds"],
