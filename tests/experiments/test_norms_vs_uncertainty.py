@@ -104,3 +104,14 @@ def test_registered_and_arguments_named(tmp_path: Path) -> None:
         nv.run(nv.Config(ambiguous_max_prob=1.0), tmp_path)
     with pytest.raises(ValueError, match="^dataset"):
         nv.run(nv.Config(dataset="mnist"), tmp_path)
+
+
+def test_partial_spearman() -> None:
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal(4000)
+    # x and y related only through z: nothing is left once z is partialled out
+    x, y = z + 0.3 * rng.standard_normal(4000), z + 0.3 * rng.standard_normal(4000)
+    assert spearman(x, y) > 0.8 and abs(nv.partial_spearman(x, y, z)) < 0.06
+    # z unrelated to x and y: partialling changes little
+    w = rng.standard_normal(4000)
+    assert nv.partial_spearman(x, y, w) == pytest.approx(spearman(x, y), abs=0.01)
