@@ -68,6 +68,11 @@ def test_auto_picks_cifar10_with_cifar10h(tmp_path: Path) -> None:
     train, ev, name = nv._load(nv.Config(data_root=str(tmp_path)))
     assert name == "cifar10" and len(train) == 100 and ev.images.shape == (60, 3, 32, 32)
     assert torch.allclose(ev.probs, torch.from_numpy(counts / 50.0))
+    # augmentation-diversity picks CIFAR-10 from the same folder (it needs no CIFAR-10H)
+    from contrastlab.experiments import augmentation_diversity as ad
+
+    tr, te, ad_name = ad._load(ad.Config(data_root=str(tmp_path), train_subset=30))
+    assert ad_name == "cifar10" and len(tr) == 30 and len(te) == 60 and tr.image_shape == (3, 32, 32)
     # a CIFAR-10H file for another set of images is refused before any training
     np.save(tmp_path / "cifar10h-counts.npy", counts[:59])
     with pytest.raises(ValueError, match=r"shape \(60, 10\)"):
