@@ -151,26 +151,30 @@ QUICK = Config(
 class _Pretrainer(nn.Module):
     """The network plus the loss module, so that a loss buffer (WEINCE's EMA β_t) is checkpointed with it."""
 
-    def __init__(self, net: ContrastiveModel, loss: nn.Module | None) -> None:
+    net: ContrastiveModel
+    loss: WEINCELoss | None
+
+    def __init__(self, net: ContrastiveModel, loss: WEINCELoss | None) -> None:
         super().__init__()
         self.net, self.loss = net, loss
 
 
 def _make_loss(name: str, c: Config) -> WEINCELoss | None:
-    common = {
-        "temperature": c.temperature,
-        "q": c.q,
-        "kappa_rho": c.kappa_rho,
-        "kappa_aic": c.kappa_aic,
-        "margin": c.margin,
-    }
     if name == "infonce":
         return None
-    if name == "weince":
-        return WEINCELoss(beta_mode="per_anchor", **common)
-    if name == "weince-code":
-        return WEINCELoss(beta_mode="one", aux_top_m=c.top_m, aux_weight=0.5, **common)
-    raise ValueError(f"losses: unknown loss {name!r}; choose from {LOSSES}")
+    if name not in LOSSES:
+        raise ValueError(f"losses: unknown loss {name!r}; choose from {LOSSES}")
+    code = name == "weince-code"
+    return WEINCELoss(
+        temperature=c.temperature,
+        beta_mode="one" if code else "per_anchor",
+        q=c.q,
+        kappa_rho=c.kappa_rho,
+        kappa_aic=c.kappa_aic,
+        margin=c.margin,
+        aux_top_m=c.top_m if code else 0,
+        aux_weight=0.5,
+    )
 
 
 def _network(spec_name: str, c: Config, seed: int) -> ContrastiveModel:
@@ -205,11 +209,13 @@ def _pretrain(
     model = _Pretrainer(_network(data, c, seed), _make_loss(loss_name, c))
 
     def loss_fn(m: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, dict[str, float]]:
+        assert isinstance(m, _Pretrainer)
         za, zb = m.net(batch[0]), m.net(batch[1])
         if m.loss is None:
             return nt_xent(za, zb, temperature=c.temperature), {}
         loss = m.loss(za, zb)
         st = m.loss.last_stats
+        assert st is not None
         return loss, {"lambda_mean": float(st.tail.lam.mean()), "beta_mean": float(st.beta.mean()),
                       "frac_weibull": float((st.tail.delta_aic > 0).float().mean())}  # fmt: skip
 
@@ -223,6 +229,7 @@ def _pretrain(
         optim=OptimConfig(name="adam", lr=c.lr, weight_decay=c.weight_decay),
     )
     res = fit(model, loss_fn, batches.batch_at, cfg, out_dir=out_dir / f"train_{data}_{loss_name}_seed{seed}")
+    assert isinstance(res.model, _Pretrainer)
     return res.model.net, res.history, res.seconds
 
 
