@@ -166,3 +166,87 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     print("|" + "|".join("---" for _ in columns) + "|")
     for r in rows:
         print("| " + " | ".join(r) + " |")
+
+
+# ----------------------------------------------------------------------------------------------------
+# The losses under test: each maker returns a closure doing one forward + backward at size (N, D).
+# ----------------------------------------------------------------------------------------------------
+
+TEMPERATURE = 0.1
+#: Largest N each implementation is run at (their N × N logits and gradients, or PML's N³ pair
+#: tensors, grow past this machine's memory or patience); the tiled kernel runs at every size.
+MAX_N = {
+    "contrastlab dense": 16384,
+    "contrastlab tiled": 1 << 30,
+    "plain PyTorch": 16384,
+    "info-nce-pytorch": 16384,
+    "PML NTXentLoss": 256,
+}
+IMPLS = tuple(MAX_N)
+#: Implementations taking seconds per step even at the smallest size: timed twice, apart from the rest.
+SLOW_IMPLS = ("PML NTXentLoss",)
+
+
+def make_inputs(n: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Anchors and positives (N, D), leaf tensors requiring grad; positives correlated with anchors."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, d, generator=g)
+    p = a + 0.5 * torch.randn(n, d, generator=g)
+    return a.requires_grad_(), p.requires_grad_()
+
+
+def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = None) -> Callable[[], None]:
+    """One forward + backward of in-batch InfoNCE (cosine similarity, τ = 0.1) by ``impl``."""
+    import torch.nn.functional as F  # noqa: N812
+
+    from contrastlab.losses import info_nce, tiled
+
+    n = a.shape[0]
+    labels = torch.arange(n)
+    if impl == "contrastlab dense":
+        # chunk_size=None is dense up to the memory budget (N = 8,192); the benchmark compares the
+        # dense path beyond it too, so it calls the dense building blocks the loss itself uses.
+        def loss() -> torch.Tensor:
+            q = tiled.normalize_scale(a, 1.0 / TEMPERATURE)
+            k = tiled.normalize_scale(p)
+            pos = (q * k).sum(dim=1)
+            return (tiled.dense_row_lse(q, k, diagonal=pos) - pos).mean()
+
+        if n * n * 8 <= tiled.DENSE_MEMORY_BUDGET_BYTES:
+
+            def loss() -> torch.Tensor:  # the public API, which takes the same path at this size
+                return info_nce(a, p, temperature=TEMPERATURE)
+    elif impl == "contrastlab tiled":
+        chunk = block or tiled.DEFAULT_CHUNK_SIZE
+
+        def loss() -> torch.Tensor:
+            return info_nce(a, p, temperature=TEMPERATURE, chunk_size=chunk)
+    elif impl == "plain PyTorch":
+
+        def loss() -> torch.Tensor:
+            logits = F.normalize(a, dim=1) @ F.normalize(p, dim=1).T / TEMPERATURE
+            return F.cross_entropy(logits, labels)
+    elif impl == "info-nce-pytorch":
+        from info_nce import InfoNCE
+
+        fn = InfoNCE(temperature=TEMPERATURE)
+
+        def loss() -> torch.Tensor:
+            return fn(a, p)
+    elif impl == "PML NTXentLoss":
+        from pytorch_metric_learning.losses import NTXentLoss
+
+        fn = NTXentLoss(temperature=TEMPERATURE)
+        both = torch.cat([labels, labels])
+
+        def loss() -> torch.Tensor:  # SimCLR's 2N-view form: a different (larger) problem, shown for scale
+            return fn(torch.cat([a, p]), both)
+    else:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+
+    def step() -> None:
+        a.grad = None
+        p.grad = None
+        loss().backward()
+
+    return step

@@ -100,9 +100,7 @@ print(json.dumps({"code": code, "max_rss_kib": usage.ru_maxrss, "stdout": out.de
 """
 
 
-def run_child(
-    mode: str, corpus_path: Path, queries_path: Path, out_path: Path, tau: float, block: int
-) -> dict:
+def run_child(mode: str, corpus_path: Path, queries_path: Path, out_path: Path, tau: float, block: int) -> dict:
     """Run one log-partition child and read its peak RSS with ``os.wait4`` (getrusage of that child).
 
     A forked child inherits its parent's RSS high-water mark across ``exec`` (Linux keeps ``maxrss`` as the
@@ -136,7 +134,9 @@ def main() -> None:
     p.add_argument("--tau", type=float, default=0.05, help="temperature of the softmax search")
     p.add_argument("--block", type=int, default=16384, help="corpus rows per block read from the .npy file")
     p.add_argument("--threads", type=int, default=_THREADS_DEFAULT)
-    p.add_argument("--repeats", type=int, default=1, help="timed repeats (best is kept)")
+    p.add_argument("--repeats", type=int, default=1, help="passes over the queries (times are averaged)")
+    p.add_argument("--chunk", type=int, default=1000, help="queries per turn in the interleaved top-k timing")
+    p.add_argument("--cosine", action="store_true", help="also time metric='cosine' (normalises the queries)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the measurements here")
     a = p.parse_args()
@@ -157,44 +157,48 @@ def main() -> None:
     xq /= np.linalg.norm(xq, axis=1, keepdims=True)
 
     # ---------------------------------------------------------------- 1. exact top-k
+    # The methods take turns on the same chunk of queries (faiss, contrastlab, torch, then the next chunk),
+    # so that a change in machine load during the run hits all of them alike; the times are summed.
     print(f"top-{a.k}: {a.queries} queries over {a.n} x {a.d}, {a.threads} threads", flush=True)
     fx = faiss.IndexFlatIP(a.d)
     fx.add(xb)
-    t_faiss, (d_ref, i_ref) = timed(lambda: fx.search(xq, a.k), a.repeats)
-    fx.reset()  # free its copy of the corpus
-    print(f"  faiss IndexFlatIP.search      {t_faiss:8.2f} s", flush=True)
-
-    results = {}
-    for metric in ("ip", "cosine"):
-        index = EmbeddingIndex(a.d, metric=metric)
+    ours = {m: EmbeddingIndex(a.d, metric=m) for m in (("ip", "cosine") if a.cosine else ("ip",))}
+    for index in ours.values():
         index.add(xb)
-        t, res = timed(lambda index=index: index.search(xq, a.k), a.repeats)
-        agree = float((res.positions == i_ref).mean())
-        results[metric] = (t, agree)
-        print(
-            f"  EmbeddingIndex({metric!r}).search {t:8.2f} s  ratio {t / t_faiss:.3f}  same ids {agree:.5f}"
-        )
-        del index, res
-
-    tq, tb = torch.from_numpy(xq), torch.from_numpy(xb)
-    t_torch, (_, i_torch) = timed(lambda: torch_topk(tq, tb, a.k), a.repeats)
-    agree_torch = float((i_torch.numpy() == i_ref).mean())
-    print(
-        f"  torch matmul+topk (blocked)   {t_torch:8.2f} s  ratio {t_torch / t_faiss:.3f}  "
-        f"same ids {agree_torch:.5f}"
-    )
-    rows["topk"] = {
-        "faiss_s": t_faiss,
-        "contrastlab_ip_s": results["ip"][0],
-        "contrastlab_ip_ratio": results["ip"][0] / t_faiss,
-        "contrastlab_ip_same_ids": results["ip"][1],
-        "contrastlab_cosine_s": results["cosine"][0],
-        "contrastlab_cosine_ratio": results["cosine"][0] / t_faiss,
-        "contrastlab_cosine_same_ids": results["cosine"][1],
-        "torch_s": t_torch,
-        "torch_ratio": t_torch / t_faiss,
-        "torch_same_ids": agree_torch,
+    tb = torch.from_numpy(xb)
+    methods = {
+        "faiss": lambda q: fx.search(q, a.k)[1],
+        **{f"contrastlab_{m}": (lambda q, ix=ix: ix.search(q, a.k).positions) for m, ix in ours.items()},
+        "torch": lambda q: torch_topk(torch.from_numpy(q), tb, a.k)[1].numpy(),
     }
+    seconds = dict.fromkeys(methods, 0.0)
+    found = {m: [] for m in methods}
+    for _ in range(a.repeats):
+        for m in methods:
+            found[m] = []
+        for s in range(0, a.queries, a.chunk):
+            for m, fn in methods.items():
+                t0 = time.perf_counter()
+                found[m].append(fn(xq[s : s + a.chunk]))
+                seconds[m] += time.perf_counter() - t0
+            print(
+                f"  {min(s + a.chunk, a.queries)}/{a.queries} queries: "
+                + ", ".join(f"{m} {t:.1f} s" for m, t in seconds.items()),
+                flush=True,
+            )
+    ids = {m: np.concatenate(v) for m, v in found.items()}
+    topk: dict[str, float] = {"chunk": a.chunk, "repeats": a.repeats}
+    for m in methods:
+        topk[f"{m}_s"] = seconds[m] / a.repeats
+        topk[f"{m}_ratio"] = seconds[m] / seconds["faiss"]
+        topk[f"{m}_same_ids"] = float((ids[m] == ids["faiss"]).mean())
+        print(
+            f"  {m:20s} {topk[f'{m}_s']:9.2f} s  ratio to faiss {topk[f'{m}_ratio']:.3f}  "
+            f"same ids as faiss {topk[f'{m}_same_ids']:.5f}"
+        )
+    rows["topk"] = topk
+    fx.reset()
+    del ours, methods
 
     # ---------------------------------------------------------------- 2. streamed log-partition
     nq = a.lse_queries
@@ -218,16 +222,11 @@ def main() -> None:
     # reference: torch.logsumexp over full rows, chunks of queries (float32 as a user would, and float64)
     chunk = max(1, (1 << 26) // a.n)  # 256 MiB of float32 logits per chunk
     qt = torch.from_numpy(q_lse)
-    ref32 = torch.cat(
-        [torch.logsumexp(qt[s : s + chunk] @ tb.T / a.tau, 1) for s in range(0, nq, chunk)]
-    ).double()
+    ref32 = torch.cat([torch.logsumexp(qt[s : s + chunk] @ tb.T / a.tau, 1) for s in range(0, nq, chunk)]).double()
     n64 = min(nq, 50)
     tb64 = tb.double()
     ref64 = torch.cat(
-        [
-            torch.logsumexp(qt[s : min(s + chunk, n64)].double() @ tb64.T / a.tau, 1)
-            for s in range(0, n64, chunk)
-        ]
+        [torch.logsumexp(qt[s : min(s + chunk, n64)].double() @ tb64.T / a.tau, 1) for s in range(0, n64, chunk)]
     )
     del tb64
     t_in_proc, lz_in_proc = timed(lambda: log_partition(qt, xb, temperature=a.tau), 1)

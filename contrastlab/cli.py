@@ -1,7 +1,7 @@
 """The ``contrastlab`` command: ``train | eval | run | report | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
-field, missing file), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
+field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
 prints one line, never a traceback; set ``CONTRASTLAB_DEBUG=1`` to see tracebacks of failures.
 """
 
@@ -132,19 +132,15 @@ def _experiment_help(name: str) -> str:
 
 
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from contrastlab.experiments import get_experiment, list_experiments, run_experiment
+    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
     from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()
     if args.list:
         if not names:
             print("no experiments are registered")
-        for name in names:
-            try:
-                first = (get_experiment(name).__doc__ or "").strip().splitlines()
-            except Exception as e:  # a broken module should not hide the others
-                first = [f"(cannot import: {type(e).__name__}: {e})"]
-            print(f"{name:<24} {first[0] if first else ''}")
+        for name, first in describe_experiments().items():
+            print(f"{name:<24} {first}")
         return EXIT_OK
     if args.name is None:
         if args.help:
@@ -336,6 +332,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise UsageError(f"contrastlab: unknown command {rest[0]!r} (see contrastlab --help)")
             parser.print_help()
             return EXIT_USAGE
+        if args.command in ("train", "run"):
+            # under torchrun (WORLD_SIZE > 1): join the process group, gloo on CPU / NCCL on GPU
+            from contrastlab.distributed import init_from_env
+
+            init_from_env(timeout_s=float(os.environ.get("CONTRASTLAB_DIST_TIMEOUT", "600")))
         if args.command == "run":
             return _cmd_run(args, rest, subs["run"])
         handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}
@@ -343,8 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    except (ConfigError, CheckpointError) as e:
-        print(f"contrastlab: {e}", file=sys.stderr)
+    except (ConfigError, CheckpointError, FileNotFoundError) as e:
+        # a bad config, an unusable checkpoint, a data set that is not where the user said it is
+        msg = " ".join(str(e).split()) or type(e).__name__
+        print(f"contrastlab: {textwrap.shorten(msg, 800)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

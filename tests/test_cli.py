@@ -111,6 +111,17 @@ def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -
     _one_line_error(capsys, "RuntimeError: disk on fire")
 
 
+def test_missing_data_is_a_usage_error_on_one_line(job: Path, monkeypatch, capsys) -> None:
+    import contrastlab.train.job as job_module
+
+    def missing(*a, **k):
+        raise FileNotFoundError("root: cifar10 files not found under data. Expected:\n  data/x\n  data/y")
+
+    monkeypatch.setattr(job_module, "run_job", missing)
+    assert cli.main(["train", str(job), "--out", "x"]) == 2
+    _one_line_error(capsys, "Expected: data/x data/y")
+
+
 def test_run_list_help_and_quick(monkeypatch, tmp_path: Path, capsys) -> None:
     monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(REPO / "tests/experiments/plugins")])
     assert cli.main(["run", "--list"]) == 0

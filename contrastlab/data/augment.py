@@ -135,7 +135,7 @@ class Augmentation:
         out_h, out_w = self.out_size(x.shape[2], x.shape[3])
         if (out_h, out_w) != tuple(x.shape[2:]):  # size-changing ops transform every sample
             if not bool(mask.all()):
-                raise ValueError(f"{type(self).__name__} changes the image size, so its p must be 1")
+                raise ValueError(f"p must be 1 for {type(self).__name__}: it changes the image size")
             return self._apply(x, {k: v.to(x.device) for k, v in params.items()})
         out = x.clone()
         if bool(mask.any()):
@@ -180,8 +180,6 @@ class Compose(Augmentation):
         if not all(isinstance(op, Augmentation) for op in ops):
             raise TypeError(f"ops must be a sequence of Augmentation, got {[type(o).__name__ for o in ops]}")
         self.ops = tuple(ops)
-        if self.p < 1.0 and any(op.out_size(64, 64) != (64, 64) for op in self.ops):
-            raise ValueError("p must be 1 for a Compose containing a size-changing op (a crop to a new size)")
 
     def out_size(self, height: int, width: int) -> tuple[int, int]:
         """The output size after every op."""
@@ -205,12 +203,24 @@ class Compose(Augmentation):
         return {k[len(prefix) :]: v for k, v in params.items() if k.startswith(prefix)}
 
     def apply(self, x: Tensor, params: Params) -> Tensor:
-        """Apply the ops in order to the samples the chain's mask selects."""
+        """Apply the ops in order to the samples the chain's mask selects.
+
+        Raises:
+            ValueError: the chain skips some samples (``p < 1``) and an op changes the image size, so the
+                skipped samples would not fit in one batch.
+        """
         x = _check_images(x)
         chain = params["apply"]
         for i, op in enumerate(self.ops):
             p = self.op_params(params, i)
-            p["apply"] = p["apply"] & chain if op.out_size(*x.shape[2:]) == tuple(x.shape[2:]) else p["apply"]
+            size = tuple(x.shape[2:])
+            if op.out_size(*size) == size:
+                p["apply"] = p["apply"] & chain
+            elif not bool(chain.all()):
+                raise ValueError(
+                    f"p must be 1 for a Compose whose op {type(op).__name__} changes the image size "
+                    f"({size} -> {op.out_size(*size)}), else skipped samples would keep the old size"
+                )
             x = op.apply(x, p)
         return x
 
@@ -257,8 +267,7 @@ class RandomResizedCrop(Augmentation):
             * width
             * (
                 self.scale[0]
-                + (self.scale[1] - self.scale[0])
-                * torch.rand(batch, n, generator=generator, dtype=torch.float64)
+                + (self.scale[1] - self.scale[0]) * torch.rand(batch, n, generator=generator, dtype=torch.float64)
             )
         )
         log_r = math.log(self.ratio[0]) + (math.log(self.ratio[1]) - math.log(self.ratio[0])) * torch.rand(
@@ -398,9 +407,7 @@ class ColorJitter(Augmentation):
                             ("saturation", saturation, math.inf), ("hue", hue, 0.5)):  # fmt: skip
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= float(v) <= hi:
                 raise ValueError(f"{name} must be a number in [0, {hi}], got {v!r}")
-        self.brightness, self.contrast, self.saturation, self.hue = map(
-            float, (brightness, contrast, saturation, hue)
-        )
+        self.brightness, self.contrast, self.saturation, self.hue = map(float, (brightness, contrast, saturation, hue))
 
     def _sample(self, batch: int, height: int, width: int, generator: torch.Generator) -> Params:
         u = torch.rand(batch, 4, generator=generator)
@@ -465,26 +472,17 @@ class GaussianBlur(Augmentation):
         p: probability per sample (SimCLR: 0.5).
     """
 
-    def __init__(
-        self, kernel_size: int | None = None, sigma: tuple[float, float] = (0.1, 2.0), p: float = 0.5
-    ) -> None:
+    def __init__(self, kernel_size: int | None = None, sigma: tuple[float, float] = (0.1, 2.0), p: float = 0.5) -> None:
         super().__init__(p)
         if kernel_size is not None and (
-            isinstance(kernel_size, bool)
-            or not isinstance(kernel_size, int)
-            or kernel_size < 1
-            or kernel_size % 2 == 0
+            isinstance(kernel_size, bool) or not isinstance(kernel_size, int) or kernel_size < 1 or kernel_size % 2 == 0
         ):
             raise ValueError(f"kernel_size must be None or an odd positive int, got {kernel_size!r}")
         self.kernel_size = kernel_size
         self.sigma = _check_range("sigma", sigma, low=0.0)
 
     def _kernel_size(self, height: int, width: int) -> int:
-        k = (
-            self.kernel_size
-            if self.kernel_size is not None
-            else max(3, int(0.1 * min(height, width)) // 2 * 2 + 1)
-        )
+        k = self.kernel_size if self.kernel_size is not None else max(3, int(0.1 * min(height, width)) // 2 * 2 + 1)
         limit = 2 * (min(height, width) - 1) + 1  # reflect padding needs pad < side
         return max(1, min(k, limit))
 
@@ -524,9 +522,7 @@ class Cutout(Augmentation):
         inside: keep the square inside the image.
     """
 
-    def __init__(
-        self, size: int | float = 0.25, p: float = 0.5, fill: float = 0.0, inside: bool = False
-    ) -> None:
+    def __init__(self, size: int | float = 0.25, p: float = 0.5, fill: float = 0.0, inside: bool = False) -> None:
         super().__init__(p)
         if (
             isinstance(size, bool)
@@ -534,9 +530,7 @@ class Cutout(Augmentation):
             or size < 0
             or (isinstance(size, float) and size > 1)
         ):
-            raise ValueError(
-                f"size must be an int >= 0 (pixels) or a float in [0, 1] (fraction), got {size!r}"
-            )
+            raise ValueError(f"size must be an int >= 0 (pixels) or a float in [0, 1] (fraction), got {size!r}")
         self.size, self.fill, self.inside = size, float(fill), bool(inside)
 
     def side(self, height: int, width: int) -> int:
@@ -584,9 +578,7 @@ class Normalize(Augmentation):
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__(1.0)
         if len(mean) != len(std) or not len(mean):
-            raise ValueError(
-                f"mean and std must have the same non-zero length, got {len(mean)} and {len(std)}"
-            )
+            raise ValueError(f"mean and std must have the same non-zero length, got {len(mean)} and {len(std)}")
         if any(s <= 0 for s in std):
             raise ValueError(f"std must be positive, got {tuple(std)}")
         self.mean, self.std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
@@ -613,42 +605,45 @@ def _colour_and_corruption_ops(image_size: int, strength: float) -> list[Augment
 
 
 def simclr_all(
-    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
+    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5, flip: bool = True
 ) -> Compose:
     """The *All* regime: random resized crop, flip, colour jitter, grayscale, blur and cutout.
 
     SimCLR's pipeline (Chen et al. 2020, appendix A: jitter strength ``s`` with brightness/contrast/
     saturation 0.8s and hue 0.2s at p = 0.8, grayscale p = 0.2, blur p = 0.5) plus cutout of a quarter of
-    the side at p = 0.5, as in paper 4's "All" regime.
+    the side at p = 0.5, as in paper 4's "All" regime. Ops (indices for :meth:`Compose.op_params`):
+    0 crop, 1 flip, 2 jitter, 3 grayscale, 4 blur, 5 cutout.
 
     Args:
         image_size: output side.
         crop_scale: area range of the random resized crop.
         strength: colour-jitter strength ``s`` (SimCLR uses 0.5 on CIFAR, 1.0 on ImageNet).
+        flip: mirror with p = 0.5; ``False`` keeps the op with p = 0 (for digits, where a mirror image is
+            not the same digit), so op indices do not move.
     """
-    return Compose([RandomResizedCrop(image_size, scale=crop_scale), RandomHorizontalFlip(0.5),
+    return Compose([RandomResizedCrop(image_size, scale=crop_scale), RandomHorizontalFlip(0.5 if flip else 0.0),
                     *_colour_and_corruption_ops(image_size, strength)])  # fmt: skip
 
 
 def crop_only(
-    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
+    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5, flip: bool = True
 ) -> Compose:
     """The *Crop only* regime: a random resized crop and nothing else (colour statistics untouched).
 
-    ``strength`` is accepted for a uniform regime signature and has no effect.
+    ``strength`` and ``flip`` are accepted for a uniform regime signature and have no effect.
     """
     return Compose([RandomResizedCrop(image_size, scale=crop_scale)])
 
 
 def all_without_crop(
-    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
+    image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5, flip: bool = True
 ) -> Compose:
     """The *All w/o crop* regime: flip, colour jitter, grayscale, blur and cutout.
 
-    No pixel moves except under the flip. ``crop_scale`` is accepted for a uniform signature and has no
-    effect.
+    No pixel moves except under the flip. Ops: 0 flip (p = 0 without ``flip``), 1 jitter, 2 grayscale,
+    3 blur, 4 cutout. ``crop_scale`` is accepted for a uniform signature and has no effect.
     """
-    return Compose([RandomHorizontalFlip(0.5), *_colour_and_corruption_ops(image_size, strength)])
+    return Compose([RandomHorizontalFlip(0.5 if flip else 0.0), *_colour_and_corruption_ops(image_size, strength)])
 
 
 REGIMES: dict[str, Callable[..., Compose]] = {
@@ -656,16 +651,24 @@ REGIMES: dict[str, Callable[..., Compose]] = {
     "crop_only": crop_only,
     "all_without_crop": all_without_crop,
 }
-"""Regime name → builder ``(image_size, *, crop_scale, strength) -> Compose``."""
+"""Regime name → builder ``(image_size, *, crop_scale, strength, flip) -> Compose``."""
 
 
 def augmentation_regime(
-    name: str, image_size: int, *, crop_scale: tuple[float, float] = (0.08, 1.0), strength: float = 0.5
+    name: str,
+    image_size: int,
+    *,
+    crop_scale: tuple[float, float] = (0.08, 1.0),
+    strength: float = 0.5,
+    flip: bool = True,
 ) -> Compose:
     """Build the augmentation regime ``name`` (a key of :data:`REGIMES`) for square images of ``image_size``.
 
+    For 8×8 digits, ``crop_scale=(0.5, 1.0), flip=False`` works better than the CIFAR defaults (see
+    ``docs/vision.md`` for the measurements).
+
     Raises:
-        ValueError: an unknown ``name``, or a bad ``image_size``/``strength``.
+        ValueError: an unknown ``name``, or a bad ``image_size``/``strength``/``crop_scale``.
 
     Examples:
         >>> aug = augmentation_regime("crop_only", 8, crop_scale=(0.5, 1.0))
@@ -678,4 +681,7 @@ def augmentation_regime(
         raise ValueError(f"image_size must be a positive int, got {image_size!r}")
     if isinstance(strength, bool) or not isinstance(strength, (int, float)) or strength < 0:
         raise ValueError(f"strength must be a number >= 0, got {strength!r}")
-    return REGIMES[name](image_size, crop_scale=crop_scale, strength=strength)
+    if not isinstance(flip, bool):
+        raise TypeError(f"flip must be a bool, got {type(flip).__name__}")
+    _check_range("crop_scale", crop_scale, low=0.0, high=1.0)
+    return REGIMES[name](image_size, crop_scale=crop_scale, strength=strength, flip=flip)

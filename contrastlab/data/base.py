@@ -40,7 +40,7 @@ def to_float_images(images: Tensor) -> Tensor:
     raise TypeError(f"images must be uint8 or floating point, got dtype {images.dtype}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ImageDataset:
     """A labelled image dataset held in memory.
 
@@ -78,8 +78,7 @@ class ImageDataset:
             raise TypeError(f"labels must be an int64 torch.Tensor, got {got}")
         if self.labels.shape != (self.images.shape[0],):
             raise ValueError(
-                f"labels must have shape ({self.images.shape[0]},) to match images, "
-                f"got {tuple(self.labels.shape)}"
+                f"labels must have shape ({self.images.shape[0]},) to match images, got {tuple(self.labels.shape)}"
             )
         object.__setattr__(self, "classes", tuple(str(c) for c in self.classes))
         if len(self.labels) and (int(self.labels.min()) < -1 or int(self.labels.max()) >= len(self.classes)):
@@ -136,9 +135,7 @@ class ImageDataset:
             if idx.shape != (len(self),):
                 raise ValueError(f"index as a mask must have shape ({len(self)},), got {tuple(idx.shape)}")
         elif idx.is_floating_point() or idx.ndim != 1:
-            raise ValueError(
-                f"index must be a 1-D integer tensor or a bool mask, got {idx.dtype} {tuple(idx.shape)}"
-            )
+            raise ValueError(f"index must be a 1-D integer tensor or a bool mask, got {idx.dtype} {tuple(idx.shape)}")
         return ImageDataset(self.images[idx], self.labels[idx], self.classes, name or self.name)
 
     def resized(self, size: int) -> ImageDataset:
@@ -154,21 +151,13 @@ class ImageDataset:
             raise ValueError(f"size must be a positive int, got {size!r}")
         if self.image_shape[1:] == (size, size):
             return self
-        x = F.interpolate(
-            self.float_images(), size=(size, size), mode="bilinear", align_corners=False, antialias=True
-        )
+        x = F.interpolate(self.float_images(), size=(size, size), mode="bilinear", align_corners=False, antialias=True)
         x = x.clamp_(0.0, 1.0)
-        images = (
-            (x * 255.0).round_().to(torch.uint8)
-            if self.images.dtype == torch.uint8
-            else x.to(self.images.dtype)
-        )
+        images = (x * 255.0).round_().to(torch.uint8) if self.images.dtype == torch.uint8 else x.to(self.images.dtype)
         return ImageDataset(images, self.labels, self.classes, self.name)
 
 
-def missing_files_error(
-    dataset: str, root: Path, expected: Sequence[str], source: str
-) -> DatasetNotFoundError:
+def missing_files_error(dataset: str, root: Path, expected: Sequence[str], source: str) -> DatasetNotFoundError:
     """Build the error for a dataset whose files are absent: where they go and where they come from."""
     lines = "\n".join(f"  {root / e}" for e in expected)
     return DatasetNotFoundError(

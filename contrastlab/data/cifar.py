@@ -35,12 +35,12 @@ __all__ = [
 CIFAR_SOURCE = "https://www.cs.toronto.edu/~kriz/cifar.html (the 'python version' archives)"
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR100_DIR = "cifar-100-python"
-CIFAR10_FILES = {
+CIFAR10_FILES: dict[str, tuple[str, ...]] = {
     "train": tuple(f"{CIFAR10_DIR}/data_batch_{i}" for i in range(1, 6)),
     "test": (f"{CIFAR10_DIR}/test_batch",),
     "meta": (f"{CIFAR10_DIR}/batches.meta",),
 }
-CIFAR100_FILES = {
+CIFAR100_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{CIFAR100_DIR}/train",),
     "test": (f"{CIFAR100_DIR}/test",),
     "meta": (f"{CIFAR100_DIR}/meta",),
@@ -66,9 +66,7 @@ def _plain_dtype(*args: Any) -> np.dtype:
 def _latin1_encode(text: Any, encoding: Any = "utf-8", errors: Any = "strict") -> bytes:
     """``_codecs.encode`` as Python 3 protocol-2 pickles use it for ``bytes``: only str → latin-1 bytes."""
     if not isinstance(text, str) or encoding not in ("latin1", "latin-1") or errors != "strict":
-        raise pickle.UnpicklingError(
-            f"refusing _codecs.encode({type(text).__name__}, {encoding!r}, {errors!r})"
-        )
+        raise pickle.UnpicklingError(f"refusing _codecs.encode({type(text).__name__}, {encoding!r}, {errors!r})")
     return text.encode("latin-1")
 
 
@@ -132,9 +130,7 @@ def _read_batches(paths: list[Path], label_key: str) -> tuple[torch.Tensor, torc
         d = restricted_load(p)
         data = np.asarray(_get(d, "data", p))
         if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072:
-            raise ValueError(
-                f"root: {p} data must be uint8 of shape (n, 3072), got {data.dtype} {data.shape}"
-            )
+            raise ValueError(f"root: {p} data must be uint8 of shape (n, 3072), got {data.dtype} {data.shape}")
         lab = np.asarray(_get(d, label_key, p), dtype=np.int64)
         if lab.shape != (data.shape[0],):
             raise ValueError(f"root: {p} has {data.shape[0]} images but {lab.shape} labels")
@@ -143,9 +139,7 @@ def _read_batches(paths: list[Path], label_key: str) -> tuple[torch.Tensor, torc
     return torch.from_numpy(np.concatenate(images)), torch.from_numpy(np.concatenate(labels))
 
 
-def _resolve(
-    root: str | Path, subdir: str, files: dict[str, tuple[str, ...]], split: str, name: str
-) -> list[Path]:
+def _resolve(root: str | Path, subdir: str, files: dict[str, tuple[str, ...]], split: str, name: str) -> list[Path]:
     root = Path(root).expanduser()
     if not (root / subdir).is_dir() and root.name == subdir:  # the user passed the extracted folder itself
         root = root.parent

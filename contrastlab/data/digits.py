@@ -55,11 +55,7 @@ def load_digits(
         raise ValueError(f"split must be one of ('train', 'test', 'all'), got {split!r}")
     if image_size not in DIGITS_SIZES:
         raise ValueError(f"image_size must be one of {DIGITS_SIZES}, got {image_size!r}")
-    if (
-        isinstance(test_fraction, bool)
-        or not isinstance(test_fraction, (int, float))
-        or not 0 < test_fraction < 1
-    ):
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
     bunch = _sk_load_digits()
     images = np.asarray(bunch.images, dtype=np.float32) / 16.0  # (1797, 8, 8), intensities 0..16
@@ -73,9 +69,5 @@ def load_digits(
         images, labels = images[keep], labels[keep]
     x = torch.from_numpy(images).unsqueeze(1)  # (N, 1, 8, 8)
     if image_size != 8:
-        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False).clamp_(
-            0.0, 1.0
-        )
-    return ImageDataset(
-        x.contiguous(), torch.from_numpy(labels), tuple(str(i) for i in range(10)), f"digits/{split}"
-    )
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", align_corners=False).clamp_(0.0, 1.0)
+    return ImageDataset(x.contiguous(), torch.from_numpy(labels), tuple(str(i) for i in range(10)), f"digits/{split}")

@@ -19,7 +19,7 @@ from contrastlab.data.base import ImageDataset, missing_files_error
 __all__ = ["load_imagenet32", "IMAGENET32_FILES", "IMAGENET32_SOURCE"]
 
 IMAGENET32_SOURCE = "https://image-net.org/download-images.php (Downsampled ImageNet 32x32, npz format)"
-IMAGENET32_FILES = {
+IMAGENET32_FILES: dict[str, tuple[str, ...]] = {
     "train": tuple(f"Imagenet32_train_npz/train_data_batch_{i}.npz" for i in range(1, 11)),
     "val": ("Imagenet32_val_npz/val_data.npz",),
 }

@@ -75,9 +75,7 @@ DATASETS: dict[str, DatasetSpec] = {
             100,
             (3, 32, 32),
         ),
-        DatasetSpec(
-            "stl10", load_stl10, ("train", "test", "unlabeled"), STL10_FILES, STL10_SOURCE, 10, (3, 96, 96)
-        ),
+        DatasetSpec("stl10", load_stl10, ("train", "test", "unlabeled"), STL10_FILES, STL10_SOURCE, 10, (3, 96, 96)),
         DatasetSpec("svhn", load_svhn, ("train", "test", "extra"), SVHN_FILES, SVHN_SOURCE, 10, (3, 32, 32)),
         DatasetSpec(
             "imagenet32",
@@ -100,6 +98,15 @@ DATASETS: dict[str, DatasetSpec] = {
     )
 }
 """Registry name → :class:`DatasetSpec`. Digits ignore ``root``; the others read it."""
+
+
+def _spec(name: str, split: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise ValueError(f"name must be one of {tuple(DATASETS)}, got {name!r}")
+    spec = DATASETS[name]
+    if split not in spec.splits:
+        raise ValueError(f"split must be one of {spec.splits} for {name}, got {split!r}")
+    return spec
 
 
 def default_data_root() -> Path:
@@ -128,11 +135,7 @@ def load_dataset(name: str, root: str | Path | None = None, split: str = "train"
         >>> load_dataset("digits", split="test").images.shape
         torch.Size([360, 1, 8, 8])
     """
-    if name not in DATASETS:
-        raise ValueError(f"name must be one of {tuple(DATASETS)}, got {name!r}")
-    spec = DATASETS[name]
-    if split not in spec.splits:
-        raise ValueError(f"split must be one of {spec.splits} for {name}, got {split!r}")
+    spec = _spec(name, split)
     path = default_data_root() if root is None else Path(root).expanduser()
     if name != "digits" and not path.is_dir():
         raise DatasetNotFoundError(
@@ -149,11 +152,7 @@ def dataset_available(name: str, root: str | Path | None = None, split: str = "t
     Raises:
         ValueError: an unknown ``name`` or ``split``.
     """
-    if name not in DATASETS:
-        raise ValueError(f"name must be one of {tuple(DATASETS)}, got {name!r}")
-    spec = DATASETS[name]
-    if split not in spec.splits:
-        raise ValueError(f"split must be one of {spec.splits} for {name}, got {split!r}")
+    spec = _spec(name, split)
     if name == "digits":
         return True
     base = default_data_root() if root is None else Path(root).expanduser()

@@ -18,7 +18,7 @@ __all__ = ["load_stl10", "STL10_FILES", "STL10_SOURCE"]
 
 STL10_SOURCE = "https://cs.stanford.edu/~acoates/stl10/ (stl10_binary.tar.gz)"
 STL10_DIR = "stl10_binary"
-STL10_FILES = {
+STL10_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{STL10_DIR}/train_X.bin", f"{STL10_DIR}/train_y.bin"),
     "test": (f"{STL10_DIR}/test_X.bin", f"{STL10_DIR}/test_y.bin"),
     "unlabeled": (f"{STL10_DIR}/unlabeled_X.bin",),
@@ -57,9 +57,7 @@ def load_stl10(root: str | Path, split: str = "train") -> ImageDataset:
     else:
         labels = np.fromfile(root / files[1], dtype=np.uint8).astype(np.int64) - 1  # 1..10 -> 0..9
         if labels.shape[0] != images.shape[0]:
-            raise ValueError(
-                f"root: {root / files[1]} has {labels.shape[0]} labels for {images.shape[0]} images"
-            )
+            raise ValueError(f"root: {root / files[1]} has {labels.shape[0]} labels for {images.shape[0]} images")
     names_file = root / STL10_DIR / "class_names.txt"
     classes = (
         tuple(line.strip() for line in names_file.read_text().splitlines() if line.strip())

@@ -16,7 +16,7 @@ from contrastlab.data.base import ImageDataset, missing_files_error
 __all__ = ["load_svhn", "SVHN_FILES", "SVHN_SOURCE"]
 
 SVHN_SOURCE = "http://ufldl.stanford.edu/housenumbers/ (format 2: cropped digits, *_32x32.mat)"
-SVHN_FILES = {split: (f"{split}_32x32.mat",) for split in ("train", "test", "extra")}
+SVHN_FILES: dict[str, tuple[str, ...]] = {split: (f"{split}_32x32.mat",) for split in ("train", "test", "extra")}
 
 
 def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:
@@ -40,14 +40,10 @@ def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:
         raise missing_files_error("SVHN", root, SVHN_FILES[split], SVHN_SOURCE)
     mat = loadmat(path)
     if "X" not in mat or "y" not in mat:
-        raise ValueError(
-            f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if k[0] != '_')}"
-        )
+        raise ValueError(f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if k[0] != '_')}")
     x, y = np.asarray(mat["X"]), np.asarray(mat["y"]).reshape(-1).astype(np.int64)
     if x.dtype != np.uint8 or x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.shape[3] != y.shape[0]:
-        raise ValueError(
-            f"root: {path} X must be uint8 (32, 32, 3, N) with N = len(y), got {x.dtype} {x.shape}"
-        )
+        raise ValueError(f"root: {path} X must be uint8 (32, 32, 3, N) with N = len(y), got {x.dtype} {x.shape}")
     if y.size and (y.min() < 1 or y.max() > 10):
         raise ValueError(f"root: {path} labels must lie in 1..10, got [{y.min()}, {y.max()}]")
     images = np.ascontiguousarray(x.transpose(3, 2, 0, 1))  # (H, W, C, N) -> (N, C, H, W)

@@ -20,7 +20,7 @@ __all__ = ["load_tiny_imagenet", "TINY_IMAGENET_FILES", "TINY_IMAGENET_SOURCE"]
 
 TINY_IMAGENET_SOURCE = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 TINY_DIR = "tiny-imagenet-200"
-TINY_IMAGENET_FILES = {
+TINY_IMAGENET_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{TINY_DIR}/wnids.txt", f"{TINY_DIR}/train/<wnid>/images/*.JPEG"),
     "val": (f"{TINY_DIR}/wnids.txt", f"{TINY_DIR}/val/val_annotations.txt", f"{TINY_DIR}/val/images/*.JPEG"),
 }

@@ -19,6 +19,10 @@ gradient of those rows (the harness in :mod:`contrastlab.distributed.testing` ch
 
 from __future__ import annotations
 
+import os
+from datetime import timedelta
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -36,6 +40,10 @@ __all__ = [
     "rank",
     "world_size",
     "is_distributed",
+    "init_from_env",
+    "local_device",
+    "shard_rows",
+    "barrier",
     "gather_with_grad",
     "gather_no_grad",
     "all_reduce_mean",
@@ -58,6 +66,85 @@ def rank() -> int:
 def world_size() -> int:
     """The number of processes, 1 without a process group."""
     return dist.get_world_size() if is_distributed() else 1
+
+
+def init_from_env(*, timeout_s: float = 600.0, backend: str | None = None) -> bool:
+    """Initialise the process group from torchrun's environment when ``WORLD_SIZE`` > 1.
+
+    Args:
+        timeout_s: collective timeout. A rank that dies makes the others fail with an error after
+            at most this long instead of hanging (torchrun also stops the survivors at once).
+        backend: "gloo" or "nccl"; default nccl with CUDA, else gloo.
+
+    Returns:
+        Whether a process group is (now) initialised.
+    """
+    if is_distributed():
+        return True
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if timeout_s <= 0:
+        raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return True
+
+
+def local_device(device: torch.device) -> torch.device:
+    """Under torchrun with CUDA, the GPU of this rank (``cuda:LOCAL_RANK``); otherwise ``device``."""
+    if device.type == "cuda" and device.index is None and is_distributed():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in one process)."""
+    if world_size() > 1:
+        dist.barrier()
+
+
+def shard_rows(batch: Any, *, global_rows: int | None = None) -> Any:
+    """This rank's contiguous share of every tensor in ``batch`` that has ``global_rows`` rows.
+
+    ``batch`` may be a tensor or a (nested) tuple/list/dict of tensors. Shares follow
+    :func:`contrastlab.distributed.testing.split_sizes` (as even as possible, rank order), so the
+    ranks' shares concatenated in rank order are the global batch. Tensors with another leading size
+    (e.g. a shared bank of negatives (M, D) when M differs) are split the same way only when they
+    have ``global_rows`` rows; pass them separately otherwise. In one process returns ``batch``.
+    """
+    if world_size() == 1:
+        return batch
+
+    def rows(b: Any) -> int | None:
+        if isinstance(b, Tensor) and b.ndim > 0:
+            return b.shape[0]
+        if isinstance(b, (list, tuple)):
+            return next((r for r in map(rows, b) if r is not None), None)
+        if isinstance(b, dict):
+            return next((r for r in map(rows, b.values()) if r is not None), None)
+        return None
+
+    n = global_rows if global_rows is not None else rows(batch)
+    if n is None:
+        return batch
+    r, w = rank(), world_size()
+    sizes = [n // w + (1 if i < n % w else 0) for i in range(w)]
+    start = sum(sizes[:r])
+
+    def cut(b: Any) -> Any:
+        if isinstance(b, Tensor):
+            return b[start : start + sizes[r]] if b.ndim > 0 and b.shape[0] == n else b
+        if isinstance(b, tuple) and hasattr(b, "_fields"):
+            return type(b)(*(cut(x) for x in b))
+        if isinstance(b, (list, tuple)):
+            return type(b)(cut(x) for x in b)
+        if isinstance(b, dict):
+            return {k: cut(v) for k, v in b.items()}
+        return b
+
+    return cut(batch)
 
 
 def _all_sizes(n: int, device: torch.device) -> list[int]:

@@ -143,7 +143,7 @@ CASES: list[Case] = [
 
 def split_sizes(n: int, world: int) -> list[int]:
     """Contiguous, as-even-as-possible row counts per rank (the first ranks take the remainder)."""
-    return [n // world + (1 if r < n % world else 0) for r in range(world)]
+    return [n // world + (1 if r < n % world else 0) for r in range(world)]  # as in cd.shard_rows
 
 
 def _inputs(case: Case, seed: int, dtype: torch.dtype) -> dict[str, Tensor]:

@@ -47,9 +47,7 @@ def _check_ks(ks: int | Sequence[int], n_candidates: int) -> tuple[int, ...]:
     if not ks_t or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks_t):
         raise ValueError(f"k must be a positive int or a non-empty sequence of them, got {ks!r}")
     if max(ks_t) > n_candidates:
-        raise ValueError(
-            f"k must be at most the number of neighbour candidates ({n_candidates}), got {max(ks_t)}"
-        )
+        raise ValueError(f"k must be at most the number of neighbour candidates ({n_candidates}), got {max(ks_t)}")
     return ks_t
 
 
@@ -86,9 +84,7 @@ def extract_features(
     _check_int("batch_size", batch_size, 1)
     x = images.images if isinstance(images, ImageDataset) else images
     if not isinstance(x, Tensor) or x.ndim != 4:
-        raise ValueError(
-            f"images must be an (N, C, H, W) tensor or an ImageDataset, got {getattr(x, 'shape', x)!r}"
-        )
+        raise ValueError(f"images must be an (N, C, H, W) tensor or an ImageDataset, got {getattr(x, 'shape', x)!r}")
     if device is None:
         first = next(encoder.parameters(), None)
         device = first.device if first is not None else torch.device("cpu")
@@ -197,8 +193,7 @@ def linear_probe(
     _check_int("num_classes", k, 1)
     if int(train_labels.max()) >= k or int(test_labels.max()) >= k:
         raise ValueError(
-            f"num_classes is {k} but the labels go up to "
-            f"{max(int(train_labels.max()), int(test_labels.max()))}"
+            f"num_classes is {k} but the labels go up to {max(int(train_labels.max()), int(test_labels.max()))}"
         )
 
     x_train, x_test = train_features.float(), test_features.float()
@@ -312,9 +307,7 @@ def knn_predict(
     check_embeddings("query_features", query_features, ndim=2)
     check_labels("train_labels", train_labels, train_features.shape[0])
     if query_features.shape[1] != train_features.shape[1]:
-        raise ValueError(
-            f"query_features has dimension {query_features.shape[1]}, train {train_features.shape[1]}"
-        )
+        raise ValueError(f"query_features has dimension {query_features.shape[1]}, train {train_features.shape[1]}")
     if exclude_self and query_features.shape[0] != train_features.shape[0]:
         raise ValueError("exclude_self needs query_features to be the gallery (same number of rows)")
     temperature = check_positive_float("temperature", temperature)
@@ -328,11 +321,15 @@ def knn_predict(
     )
     # weights exp(s_j / tau), divided by the row's largest (argmax-invariant, cannot overflow): (M, k_max)
     votes = torch.exp((sims - sims[:, :1]) / temperature)
-    one_hot = F.one_hot(train_labels.to(idx.device)[idx], n_cls).to(votes.dtype)  # (M, k_max, K)
-    weighted = votes.unsqueeze(2) * one_hot
-    # cumulative vote totals over the neighbour rank: row r holds the totals of the r+1 nearest
-    totals = weighted.cumsum(1)
-    return {kk: totals[:, kk - 1].argmax(1).cpu() for kk in ks}
+    neighbour_labels = train_labels.to(idx.device)[idx]  # (M, k_max)
+    preds: dict[int, list[Tensor]] = {kk: [] for kk in ks}
+    for start in range(0, votes.shape[0], chunk_size):  # class totals (chunk, K) per k: memory chunk × K
+        v, lab = votes[start : start + chunk_size], neighbour_labels[start : start + chunk_size]
+        for kk in ks:
+            totals = torch.zeros(v.shape[0], n_cls, dtype=v.dtype, device=v.device)
+            totals.scatter_add_(1, lab[:, :kk], v[:, :kk])
+            preds[kk].append(totals.argmax(1).cpu())
+    return {kk: torch.cat(p) for kk, p in preds.items()}
 
 
 def knn_accuracy(
@@ -494,9 +491,7 @@ def raw_pixel_features(images: Tensor | ImageDataset) -> Tensor:
     """The raw-pixel baseline: images flattened to ``(N, C·H·W)`` float32 in [0, 1]."""
     x = images.images if isinstance(images, ImageDataset) else images
     if not isinstance(x, Tensor) or x.ndim != 4:
-        raise ValueError(
-            f"images must be an (N, C, H, W) tensor or an ImageDataset, got {getattr(x, 'shape', x)!r}"
-        )
+        raise ValueError(f"images must be an (N, C, H, W) tensor or an ImageDataset, got {getattr(x, 'shape', x)!r}")
     return to_float_images(x).float().flatten(1)
 
 
@@ -544,9 +539,7 @@ def evaluate_features(
         optimizer=probe_optimizer, epochs=probe_epochs, weight_decay=probe_weight_decay, seed=seed,
     )  # fmt: skip
     out = {"linear_acc": probe.accuracy}
-    knn = knn_accuracy(
-        train_features, train_labels, test_features, test_labels, k=ks, temperature=knn_temperature
-    )
+    knn = knn_accuracy(train_features, train_labels, test_features, test_labels, k=ks, temperature=knn_temperature)
     out.update({f"knn_acc@{k}": v for k, v in knn.items()})
     out.update({f"R@{k}": v for k, v in knn_recall(test_features, test_labels, k=ks).items()})
     return out

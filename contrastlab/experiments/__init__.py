@@ -29,6 +29,7 @@ from typing import Any
 
 __all__ = [
     "list_experiments",
+    "describe_experiments",
     "get_experiment",
     "resolve_config",
     "run_experiment",
@@ -45,6 +46,23 @@ def list_experiments() -> list[str]:
     # __path__ (not this file's folder) so that a plugin or a test can extend the package's search path
     paths = list(sys.modules[_PACKAGE].__path__)
     return sorted({m.name.replace("_", "-") for m in pkgutil.iter_modules(paths) if not m.name.startswith("_")})
+
+
+def describe_experiments() -> dict[str, str]:
+    """Name → first line of the module docstring, read from the source without importing it."""
+    import ast
+
+    out: dict[str, str] = {}
+    for m in pkgutil.iter_modules(list(sys.modules[_PACKAGE].__path__)):
+        if m.name.startswith("_"):
+            continue
+        path = Path(getattr(m.module_finder, "path", "")) / f"{m.name}.py"
+        try:
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        except (OSError, SyntaxError, ValueError):
+            doc = ""
+        out[m.name.replace("_", "-")] = doc.strip().splitlines()[0] if doc.strip() else ""
+    return dict(sorted(out.items()))
 
 
 def get_experiment(name: str) -> ModuleType:
@@ -188,7 +206,11 @@ def run_experiment(
     out = Path(out_dir) if out_dir is not None else default_out_dir(name)
     out.mkdir(parents=True, exist_ok=True)
     cfg_dict = to_dict(cfg)
-    write_json_atomic(out / "config.json", {"name": name, "quick": quick, "config": cfg_dict})
+    from contrastlab.distributed import rank
+
+    is_main = rank() == 0  # under torchrun, rank 0 alone writes files
+    if is_main:
+        write_json_atomic(out / "config.json", {"name": name, "quick": quick, "config": cfg_dict})
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
     results = validate_results(module.run(cfg, out), out, name)
@@ -208,6 +230,7 @@ def run_experiment(
         "host": host_info(),
         "argv": list(sys.argv),
     }
-    write_json_atomic(out / "results.json", full)
+    if is_main:
+        write_json_atomic(out / "results.json", full)
     full["out_dir"] = str(out)
     return full

@@ -8,8 +8,10 @@ search at the training temperature, and the MSP with the per-query temperature `
 and ECE (after an isotonic map fitted on a held-out half) are reported on the other half.
 
 Data: (1) the concept world (noisy views of items; label = item), MLP encoder; (2) scikit-learn's bundled
-digits (8×8), an MLP encoder trained SimCLR-style on augmented views of the training split; queries are
-the test digits, clean and with a random corruption strength (so some queries are genuinely degraded).
+digits (8×8) through the vision pipeline (``contrastlab.data.load_digits``, ``TwoViewBatches`` with the
+``simclr_all`` views, ``contrastlab.models.build_encoder("cnn")``) trained SimCLR-style on the train split
+(the corpus); queries are the test digits, clean and with Gaussian pixel noise of a random strength (so
+some queries are genuinely degraded).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from contrastlab.eval.calibration import CalibrationReport, calibration_report, plot_reliability
+from contrastlab.data import TwoViewBatches, augmentation_regime, load_digits
+from contrastlab.eval.calibration import CalibrationReport, calibration_report, plot_reliability, top1_retrieval
 from contrastlab.io import atomic_path
 from contrastlab.losses import info_nce
-from contrastlab.models import MLP
-from contrastlab.train import EpochSampler, OptimConfig, TrainConfig, fit, step_generator
+from contrastlab.models import MLP, build_encoder
+from contrastlab.train import OptimConfig, TrainConfig, fit
 from contrastlab.worlds.concepts import ConceptBatch, ConceptWorld
 
 
@@ -54,8 +57,14 @@ class Config:
     """training steps on digits"""
     digits_batch: int = 256
     """digits batch size"""
-    digits_train: int = 1000
-    """digits in the training split (= the corpus); the rest are queries"""
+    digits_test_fraction: float = 0.4
+    """share of each digit class held out as queries (the rest is the training set and the corpus)"""
+    digits_encoder: str = "cnn"
+    """image encoder of ``contrastlab.models.build_encoder`` for digits"""
+    digits_width: int = 16
+    """its width knob"""
+    digits_augmentation: str = "simclr_all"
+    """view regime of ``contrastlab.data.augmentation_regime`` (crop scale (0.5, 1))"""
     max_corruption: float = 0.6
     """corrupted queries get Gaussian pixel noise of std U(0, max) (pixels in [0, 1])"""
     n_bins: int = 15
@@ -100,39 +109,17 @@ def _concept_world(c: Config, out_dir: Path) -> tuple[Tensor, Tensor, Tensor, Te
     return q, q_items, corpus, c_items, res.seconds
 
 
-def _augment(x: Tensor, generator: torch.Generator) -> Tensor:
-    """Random shift by up to one pixel (zero fill), intensity jitter, Gaussian noise; ``(B, 64)`` in [0, 1]."""
-    b = x.shape[0]
-    img = x.view(b, 8, 8)
-    padded = torch.nn.functional.pad(img, (1, 1, 1, 1))
-    dy = torch.randint(0, 3, (b,), generator=generator)
-    dx = torch.randint(0, 3, (b,), generator=generator)
-    rows = (dy[:, None] + torch.arange(8))[:, :, None]  # (B, 8, 1)
-    cols = (dx[:, None] + torch.arange(8))[:, None, :]  # (B, 1, 8)
-    shifted = padded[torch.arange(b)[:, None, None], rows, cols]
-    scale = 0.7 + 0.6 * torch.rand(b, 1, 1, generator=generator)
-    noisy = shifted * scale + 0.1 * torch.randn(b, 8, 8, generator=generator)
-    return noisy.reshape(b, 64)
-
-
 def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], float]:
-    from sklearn.datasets import load_digits
+    """SimCLR-style training on the digits train split with the vision pipeline's loader, views, encoder."""
+    train = load_digits("train", test_fraction=c.digits_test_fraction, split_seed=c.seed)
+    test = load_digits("test", test_fraction=c.digits_test_fraction, split_seed=c.seed)
+    aug = augmentation_regime(c.digits_augmentation, 8, crop_scale=(0.5, 1.0))
+    batches = TwoViewBatches(train, aug, batch_size=c.digits_batch, seed=c.seed)
+    with torch.random.fork_rng():
+        torch.manual_seed(c.seed)
+        model = build_encoder(c.digits_encoder, 1, 8, c.dim, width=c.digits_width)
 
-    data = load_digits()
-    x_all = torch.tensor(data.data, dtype=torch.float32) / 16.0
-    y_all = torch.tensor(data.target, dtype=torch.int64)
-    perm = torch.randperm(len(x_all), generator=torch.Generator().manual_seed(c.seed))
-    tr, te = perm[: c.digits_train], perm[c.digits_train :]
-    x_tr, y_tr, x_te, y_te = x_all[tr], y_all[tr], x_all[te], y_all[te]
-    sampler = EpochSampler(len(x_tr), c.digits_batch, seed=c.seed)
-    model = _init_mlp(64, c)
-
-    def batch_at(step: int) -> tuple[Tensor, Tensor]:
-        g = step_generator(c.seed, step)
-        x = x_tr[sampler.indices_at(step)]
-        return _augment(x, g), _augment(x, g)
-
-    def loss_fn(m: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
+    def loss_fn(m: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         return info_nce(m(batch[0]), m(batch[1]), temperature=c.temperature, symmetric=True)
 
     cfg = TrainConfig(
@@ -142,17 +129,18 @@ def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, T
         log_every=max(1, c.digits_steps // 10),
         optim=OptimConfig(name="adam", lr=c.lr),
     )
-    res = fit(model, loss_fn, batch_at, cfg, out_dir=out_dir / "train_digits")
+    res = fit(model, loss_fn, batches.batch_at, cfg, out_dir=out_dir / "train_digits")
     g = torch.Generator().manual_seed(c.seed + 2)
-    strength = c.max_corruption * torch.rand(len(x_te), 1, generator=g)
+    x_te = test.float_images()
+    strength = c.max_corruption * torch.rand(len(x_te), 1, 1, 1, generator=g)
     x_cor = (x_te + strength * torch.randn(x_te.shape, generator=g)).clamp(0, 1)
     with torch.no_grad():
-        corpus = res.model(x_tr)
+        corpus = res.model(train.float_images())
         clean = res.model(x_te)
         corrupted = res.model(x_cor)
     return {
-        "digits (clean queries)": (clean, y_te, corpus, y_tr),
-        "digits (corrupted queries)": (corrupted, y_te, corpus, y_tr),
+        "digits (clean queries)": (clean, test.labels, corpus, train.labels),
+        "digits (corrupted queries)": (corrupted, test.labels, corpus, train.labels),
     }, res.seconds
 
 
@@ -161,8 +149,6 @@ def _plot_norm_histograms(sets: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]]
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from contrastlab.eval.calibration import top1_retrieval
 
     fig, axes = plt.subplots(1, len(sets), figsize=(3.8 * len(sets), 3.2), squeeze=False)
     for ax, (name, (q, ql, corpus, cl)) in zip(axes[0], sets.items(), strict=True):

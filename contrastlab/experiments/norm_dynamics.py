@@ -111,26 +111,40 @@ class _Table(nn.Module):
         self.embedding = nn.Embedding(n, dim, _weight=init)
 
 
+def _table_params(m: nn.Module) -> list[Tensor]:
+    assert isinstance(m, _Table)
+    return [m.embedding.weight]
+
+
+def _last_layer_params(m: nn.Module) -> list[Tensor]:
+    net = m.get_submodule("net")
+    assert isinstance(net, nn.Sequential)
+    last = net[-1]
+    assert isinstance(last, nn.Linear) and last.bias is not None
+    return [last.weight, last.bias]
+
+
 def _train_one(world: ConceptWorld, kind: str, opt_name: str, c: Config, out_dir: Path) -> dict[str, Any]:
     g = torch.Generator().manual_seed(c.seed)
     features = world.features
     if kind == "free":
         model: nn.Module = _Table(world.n_items, c.dim, g)
-        probe = ScaleInvariantProbe(lambda m: [m.embedding.weight], model, rows=True)
+        probe = ScaleInvariantProbe(_table_params, model, rows=True)
     else:
         with torch.random.fork_rng():
             torch.manual_seed(c.seed)
             model = MLP(world.input_dim, [c.hidden, c.hidden], c.dim)
-        probe = ScaleInvariantProbe(lambda m: [m.net[-1].weight, m.net[-1].bias], model, rows=False)
+        probe = ScaleInvariantProbe(_last_layer_params, model, rows=False)
     heat_meter = ItemHeatMeter(world.n_items)
     item_norms: list[Tensor] = []
 
     def item_embeddings(m: nn.Module) -> Tensor:
         with torch.no_grad():
-            return m.embedding.weight.detach().clone() if kind == "free" else m(features).double()
+            return _table_params(m)[0].detach().clone() if kind == "free" else m(features).double()
 
     def loss_fn(m: nn.Module, batch: ConceptBatch) -> Tensor:
         if kind == "free":
+            assert isinstance(m, _Table)
             za, zp = m.embedding(batch.anchor), m.embedding(batch.positive)
         else:
             assert batch.x_anchor is not None and batch.x_positive is not None

@@ -20,3 +20,7 @@ __all__ = [
     "uniformity",
     "weince",
 ]
+
+from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce  # noqa: E402
+
+__all__ += ["SupportCorrectedInfoNCELoss", "support_corrected_info_nce"]

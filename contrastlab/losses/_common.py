@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from contrastlab._checks import check_choice, check_positive_float
 
 __all__ = [
+    "distributed_world_size",
     "l2_normalize",
     "TemperatureLike",
     "resolve_inverse_temperature",
@@ -20,6 +22,11 @@ REDUCTIONS = ("mean", "sum", "none")
 
 #: A temperature: a float > 0, a 0-d positive tensor, or a module returning one (``LearnableTemperature``).
 TemperatureLike = float | Tensor | nn.Module
+
+
+def distributed_world_size() -> int:
+    """Number of torch.distributed ranks (1 without a process group); decides whether ``gather`` acts."""
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def l2_normalize(x: Tensor) -> Tensor:

@@ -40,6 +40,7 @@ from contrastlab.losses._common import (
     reduce,
     resolve_inverse_temperature,
 )
+from contrastlab.losses._common import distributed_world_size as _distributed_world_size
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
 
@@ -86,6 +87,7 @@ def info_nce(
     normalize: bool = True,
     reduction: str = "mean",
     chunk_size: int | None = None,
+    gather: bool = False,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -103,6 +105,9 @@ def info_nce(
             :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES` (1 GiB) and with the tiled,
             memory-bounded kernel otherwise; an int forces the tiled kernel with that tile side
             (memory O((N + K)·D + chunk_size²), any value ≥ 1). Both give the same numbers.
+        gather: under torch.distributed, contrast this rank's anchors with the candidates of every
+            rank (:func:`contrastlab.distributed.info_nce_gathered`: the result is this rank's share
+            of the global loss, with exact gradients); a no-op in one process.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -120,6 +125,11 @@ def info_nce(
         >>> info_nce(a, p, torch.randn(8, 5, 16), variant="dcl", reduction="none").shape
         torch.Size([8])
     """
+    if gather and _distributed_world_size() > 1:
+        from contrastlab.distributed import info_nce_gathered
+
+        kw = {"variant": variant, "symmetric": symmetric, "normalize": normalize, "reduction": reduction}
+        return info_nce_gathered(anchor, positive, negatives, temperature=temperature, **kw)
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(normalize, bool):
@@ -147,7 +157,7 @@ def info_nce(
             if block is None:
                 lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos)
             else:
-                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)[0]
+                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
             loss = lse - pos
         elif block is None:
             logits = q @ k.T  # (N, N): row i = anchor i against every positive; diagonal = positives
@@ -158,7 +168,7 @@ def info_nce(
             # Column j = positive j as the anchor against every a_i (the transposed direction).
             loss = 0.5 * (torch.logsumexp(logits, dim=1) + torch.logsumexp(logits, dim=0)) - pos
         else:
-            row_lse, col_lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, columns=True, diagonal=pos)
+            row_lse, col_lse = tiled.tiled_lse_rows_cols(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
             loss = 0.5 * (row_lse + col_lse) - pos
     else:
         negs = negatives.to(dtype)
@@ -169,7 +179,7 @@ def info_nce(
             if block is None:
                 neg_lse = tiled.dense_row_lse(q, negs)  # (N,) over the (N, M) logits
             else:
-                neg_lse = tiled.tiled_lse(q, negs, block=block)[0]
+                neg_lse = tiled.tiled_lse(q, negs, block=block)
         else:
             block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk_size, budget)
             if block is None:
@@ -203,6 +213,7 @@ class InfoNCELoss(nn.Module):
         normalize: bool = True,
         reduction: str = "mean",
         chunk_size: int | None = None,
+        gather: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -217,6 +228,9 @@ class InfoNCELoss(nn.Module):
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`info_nce` for shapes."""
@@ -230,6 +244,7 @@ class InfoNCELoss(nn.Module):
             normalize=self.normalize,
             reduction=self.reduction,
             chunk_size=self.chunk_size,
+            gather=self.gather,
         )
 
     def extra_repr(self) -> str:

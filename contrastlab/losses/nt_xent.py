@@ -28,6 +28,7 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    distributed_world_size,
     l2_normalize,
     reduce,
     resolve_inverse_temperature,
@@ -64,6 +65,7 @@ def nt_xent(
     normalize: bool = True,
     reduction: str = "mean",
     chunk_size: int | None = None,
+    gather: bool = False,
 ) -> Tensor:
     """SimCLR's NT-Xent loss.
 
@@ -77,6 +79,9 @@ def nt_xent(
         chunk_size: ``None`` computes the 2N × 2N logits densely when they and their gradient fit in
             :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled otherwise; an int forces
             the tiled kernel with that tile side (see :func:`contrastlab.losses.info_nce`).
+        gather: under torch.distributed, use every rank's views as candidates
+            (:func:`contrastlab.distributed.nt_xent_gathered`, this rank's share of the global loss);
+            a no-op in one process.
 
     Returns:
         The loss (float32, or float64 for float64 inputs).
@@ -89,6 +94,10 @@ def nt_xent(
         >>> round(float(nt_xent(z, z, temperature=1e6)), 4)  # uniform logits: log(2N - 1)
         1.9459
     """
+    if gather and distributed_world_size() > 1:
+        from contrastlab.distributed import nt_xent_gathered
+
+        return nt_xent_gathered(z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction)
     check_embeddings("z_a", z_a, ndim=2)
     check_embeddings("z_b", z_b, ndim=2)
     if z_b.shape != z_a.shape:
@@ -111,7 +120,7 @@ def nt_xent(
     if block is None:
         lse = tiled.dense_row_lse(q, k, exclude_diagonal=True)  # a view is never its own candidate
     else:
-        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)[0]
+        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)
     loss = lse - pos
     return check_finite_loss(reduce(loss, reduction), "z_a/z_b")
 
@@ -125,6 +134,7 @@ class NTXentLoss(nn.Module):
         normalize: bool = True,
         reduction: str = "mean",
         chunk_size: int | None = None,
+        gather: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -135,6 +145,9 @@ class NTXentLoss(nn.Module):
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""
@@ -145,4 +158,5 @@ class NTXentLoss(nn.Module):
             normalize=self.normalize,
             reduction=self.reduction,
             chunk_size=self.chunk_size,
+            gather=self.gather,
         )

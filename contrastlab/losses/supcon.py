@@ -25,6 +25,7 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    distributed_world_size,
     l2_normalize,
     reduce,
     resolve_inverse_temperature,
@@ -40,6 +41,7 @@ def supcon(
     temperature: TemperatureLike = 0.1,
     normalize: bool = True,
     reduction: str = "mean",
+    gather: bool = False,
 ) -> Tensor:
     """Supervised contrastive loss L_out.
 
@@ -51,11 +53,17 @@ def supcon(
         reduction: ``"mean"`` over anchors that have a positive, ``"sum"``, or ``"none"`` — then the
             result has shape ``(N,)`` and anchors without a positive hold 0 (see ``has_positive`` by
             comparing labels; they are excluded from ``"mean"``).
+        gather: under torch.distributed, use every rank's samples as candidates
+            (:func:`contrastlab.distributed.supcon_gathered`); a no-op in one process.
 
     Raises:
         ValueError: every anchor is a singleton, labels of the wrong length, invalid embeddings.
         TypeError: non-integer labels, non-floating embeddings.
     """
+    if gather and distributed_world_size() > 1:
+        from contrastlab.distributed import supcon_gathered
+
+        return supcon_gathered(embeddings, labels, temperature=temperature, normalize=normalize, reduction=reduction)
     check_embeddings("embeddings", embeddings, ndim=2)
     labels = check_labels("labels", labels, embeddings.shape[0])
     check_same_device(embeddings=embeddings, labels=labels)
@@ -90,7 +98,9 @@ def supcon(
 class SupConLoss(nn.Module):
     """Module form of :func:`supcon`; hyperparameters are validated at construction."""
 
-    def __init__(self, temperature: TemperatureLike = 0.1, normalize: bool = True, reduction: str = "mean") -> None:
+    def __init__(
+        self, temperature: TemperatureLike = 0.1, normalize: bool = True, reduction: str = "mean", gather: bool = False
+    ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
             temperature = check_positive_float("temperature", temperature)
@@ -99,6 +109,9 @@ class SupConLoss(nn.Module):
             raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Compute the loss; see :func:`supcon` for shapes."""
@@ -108,4 +121,5 @@ class SupConLoss(nn.Module):
             temperature=self.temperature,
             normalize=self.normalize,
             reduction=self.reduction,
+            gather=self.gather,
         )

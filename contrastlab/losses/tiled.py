@@ -5,18 +5,19 @@ eq. 4; Chen et al. 2020, eq. 1) with ``S = Q Kᵀ`` the scaled similarities. The
 O(N·D) row-wise dot product and is left to autograd; this module computes the expensive part, the
 row (and, for CLIP's symmetric loss, column) log-sum-exp of the N × M matrix ``S``, in two ways:
 
-* **dense** (:func:`dense_row_lse`): one GEMM into an N × M buffer; each block of rows is then shifted
-  by its maximum and exponentiated in place while it is still in cache, and only ``E = exp(S − m)``
-  and the row sums ``s`` are kept. The backward is exactly two GEMMs and no elementwise pass over the
-  N × M buffer, because the softmax is ``E_ij / s_i`` and the per-row factor ``g_i / s_i`` can be
-  applied to the (N, D) operands instead:  ``∂Q = diag(g/s) E K`` and ``∂K = Eᵀ diag(g/s) Q``.
+* **dense** (:func:`dense_row_lse`): the N × M buffer is filled one block of rows at a time (a GEMM
+  into the block, then ``exp`` in place while the block is still in cache), and only
+  ``E = exp(S − c)`` and the row sums ``s`` are kept. The backward is exactly two GEMMs and no
+  elementwise pass over the N × M buffer, because the softmax is ``E_ij / s_i`` and the per-row
+  factor ``g_i / s_i`` can be applied to the (N, D) operands instead:
+  ``∂Q = diag(g/s) E K`` and ``∂K = Eᵀ diag(g/s) Q``.
 * **tiled** (:func:`tiled_lse`, :func:`tiled_per_anchor_lse`): the online softmax of Milakov &
   Gimelshein (2018) / FlashAttention (Dao et al. 2022, Alg. 1) on the CPU: the matrix is visited in
   ``block × block`` tiles (per-anchor negatives: ``N × block``), a running maximum and a running sum
   are kept per row (and per column), and the backward recomputes each tile from ``Q`` and ``K``. Peak
   extra memory is one tile plus O((N + M)·D), whatever N and M are.
 
-The row shift in the tiled forward is chosen *before* the sweep, so that the subtraction is folded
+The row shift ``c_i`` (both paths) is chosen *before* the sweep, so that the subtraction is folded
 into the GEMM as an extra coordinate (``[q_i, −c_i]·[k_j, 1] = S_ij − c_i``) and each tile costs one
 GEMM, one ``exp`` and one sum. The shift ``c_i = max(S_i,ref, ū_i − 60)`` uses a logit ``S_i,ref`` of
 the row (a lower bound of the row maximum) and the Cauchy–Schwarz bound ``ū_i = ‖q_i‖ max_j ‖k_j‖``
@@ -25,8 +26,9 @@ tiny (the shift overshot the true maximum, possible only for very small τ or ra
 recomputed with the exact running-maximum sweep, so the result never depends on the heuristic.
 
 The per-row gradient factor enters the backward only through the (N, D) operands, and the scaling by
-1/τ happens outside (``Q = A/τ``), so gradients reach a learnable temperature through autograd at
-O(N·D) cost.
+1/τ happens outside (``Q = A/τ``, fused with the L2 normalisation in :func:`normalize_scale`), so
+gradients reach a learnable temperature through autograd at O(N·D) cost. The custom backwards are
+first-order (``once_differentiable``): double backward through these losses is not supported.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ __all__ = [
     "normalize_scale",
     "dense_row_lse",
     "tiled_lse",
+    "tiled_lse_rows_cols",
     "tiled_per_anchor_lse",
 ]
 
@@ -54,16 +57,19 @@ __all__ = [
 #: (512 MiB), N = 16,384 is tiled. A constant, read on every call; pass ``chunk_size`` to override.
 DENSE_MEMORY_BUDGET_BYTES = 1 << 30
 
-#: Tile side used when ``chunk_size=None`` decides to tile: a 1024 × 1024 float32 tile is 4 MiB, two
-#: cores' L2 caches on the benchmark machine.
-DEFAULT_CHUNK_SIZE = 1024
+#: Tile side used when ``chunk_size=None`` decides to tile. A 4096 × 4096 float32 tile is 64 MiB (it
+#: stays in the benchmark machine's L3). Smaller, L2-sized tiles were slower there: every tile costs a
+#: few multi-threaded ops, and on a 2-core machine shared with other jobs each op's thread
+#: synchronisation costs milliseconds (N = 16,384, 2 threads, forward + backward: 512 → 11.5×,
+#: 1024 → 5.1×, 2048 → 2.5×, 4096 → 1.6× the matmul limit).
+DEFAULT_CHUNK_SIZE = 4096
 
 # Headroom of the pre-chosen shift: terms are at most e^60, so a row of up to 10^12 terms cannot overflow.
 _SHIFT_HEADROOM = 60.0
 # A row sum below this (relative to the shift) means the shift overshot; recompute exactly.
 _MIN_ROW_SUM = 1e-20
-# Rows per block of the dense forward's elementwise pass: keep one block (rows × M floats) near 2 MiB.
-_DENSE_BLOCK_BYTES = 1 << 21
+# Rows per block of the dense forward: one block (rows × M floats) of about 16 MiB, exponentiated while in L3.
+_DENSE_BLOCK_BYTES = 1 << 24
 
 
 def dense_bytes(n_rows: int, n_cols: int, itemsize: int) -> int:
@@ -375,13 +381,15 @@ class _TiledLSE(torch.autograd.Function):
             ones = torch.ones(m_cols, 1, dtype=q.dtype, device=q.device)
             k_aug = torch.cat([k, ones], dim=1)
             gq = q * g_row.unsqueeze(1)
+            q_aug = torch.cat([q, -row_lse.unsqueeze(1)], dim=1)  # [q_i, -lse_i]·[k_j, 1] = S_ij - lse_i
+            buf = q.new_empty(min(block, n) * min(block, m_cols))
             for i0 in range(0, n, block):
                 i1 = min(n, i0 + block)
-                q_aug = torch.cat([q[i0:i1], -row_lse[i0:i1, None]], dim=1)
                 acc = dq[i0:i1]
                 for j0 in range(0, m_cols, block):
                     j1 = min(m_cols, j0 + block)
-                    p = torch.mm(q_aug, k_aug[j0:j1].T).exp_()  # softmax tile, entries <= 1
+                    p = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, None, i0, i1, j0, j1))
+                    p.exp_()  # the softmax tile, entries <= 1
                     if excl:
                         _set_diagonal(p, i0, j0, 0.0)
                     acc.addmm_(p, k[j0:j1])
@@ -403,34 +411,41 @@ class _TiledLSE(torch.autograd.Function):
 
 
 def tiled_lse(
-    q: Tensor,
-    k: Tensor,
-    *,
-    block: int,
-    exclude_diagonal: bool = False,
-    columns: bool = False,
-    diagonal: Tensor | None = None,
-) -> tuple[Tensor, Tensor | None]:
-    """Row (and optionally column) log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
+    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+) -> Tensor:
+    """Row log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
 
     Shape:
-        q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal`` or ``columns``).
-        Returns ``(row_lse (N,), col_lse (M,) or None)``.
+        q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal``); returns ``(N,)``.
 
     Args:
         q: queries (anchors already scaled by 1/τ).
         k: candidates.
         block: tile side (≥ 1); any value works, it need not divide N or M.
-        exclude_diagonal: leave ``S_ii`` out of both directions (DCL, NT-Xent).
-        columns: also return the column LSE (CLIP's symmetric direction), streamed in the same sweep.
+        exclude_diagonal: leave ``S_ii`` out (DCL, NT-Xent).
         diagonal: optional exact values of ``S_ii`` (``(N,)``, no gradient), as in :func:`dense_row_lse`.
 
     Memory: one tile (``block × block``) plus O((N + M)·D), in the forward and in the backward.
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     diag = None if diagonal is None else diagonal.detach()
-    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, columns, diag)
-    return row_lse, (col_lse if columns else None)
+    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag)[0]
+
+
+def tiled_lse_rows_cols(
+    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Row and column log-sum-exp of ``Q Kᵀ`` (CLIP's two directions), streamed in one sweep of tiles.
+
+    Shape:
+        q: ``(N, D)``; k: ``(N, D)``; returns ``(row_lse (N,), col_lse (N,))``.
+
+    Arguments as in :func:`tiled_lse`. Memory: one tile plus O(N·D).
+    """
+    block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
+    diag = None if diagonal is None else diagonal.detach()
+    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, True, diag)
+    return row_lse, col_lse
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -464,7 +479,7 @@ class _TiledPerAnchorLSE(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, Tensor | None, None]:
         q, negs, lse = ctx.saved_tensors
         k_count = negs.shape[1]
         dq = torch.zeros_like(q)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from contrastlab.models._image import check_image_batch, check_positive_int
+from contrastlab.models._image import ImageEncoder
 
 __all__ = ["SmallCNN"]
 
@@ -13,7 +13,7 @@ def _conv_bn_relu(c_in: int, c_out: int) -> list[nn.Module]:
     return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
 
 
-class SmallCNN(nn.Module):
+class SmallCNN(ImageEncoder):
     """Three conv stages of widths ``(w, 2w, 4w)``, global average pooling, a linear map to ``embed_dim``.
 
     A 2×2 max-pool follows stages 1 and 2 while the side is ≥ 8.
@@ -35,14 +35,8 @@ class SmallCNN(nn.Module):
         torch.Size([5, 64])
     """
 
-    def __init__(
-        self, in_channels: int = 1, image_size: int = 8, embed_dim: int = 128, width: int = 32
-    ) -> None:
-        super().__init__()
-        self.in_channels = check_positive_int("in_channels", in_channels)
-        self.image_size = check_positive_int("image_size", image_size)
-        self.embed_dim = check_positive_int("embed_dim", embed_dim)
-        self.width = check_positive_int("width", width)
+    def __init__(self, in_channels: int = 1, image_size: int = 8, embed_dim: int = 128, width: int = 32) -> None:
+        super().__init__(in_channels, image_size, embed_dim, width)
         layers: list[nn.Module] = []
         side = image_size
         widths = [(in_channels, width, 2), (width, 2 * width, 2), (2 * width, 4 * width, 1)]
@@ -57,5 +51,5 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``(B, C, H, W)`` images to ``(B, embed_dim)``."""
-        check_image_batch(x, self.in_channels, self.image_size)
+        self.check_input(x)
         return self.fc(self.features(x))

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from torch import Tensor, nn
+from torch import Tensor
 
-from contrastlab.models._image import check_image_batch, check_positive_int
+from contrastlab.models._image import ImageEncoder, check_positive_int
 from contrastlab.models.mlp import MLP
 
 __all__ = ["ImageMLP"]
 
 
-class ImageMLP(nn.Module):
+class ImageMLP(ImageEncoder):
     """Flatten ``(B, C, H, W)`` and apply an MLP of ``depth`` hidden layers of ``width`` units.
 
     Hidden layers are Linear → BatchNorm → ReLU (:class:`~contrastlab.models.MLP`).
@@ -42,16 +42,12 @@ class ImageMLP(nn.Module):
         *,
         depth: int = 2,
     ) -> None:
-        super().__init__()
-        self.in_channels = check_positive_int("in_channels", in_channels)
-        self.image_size = check_positive_int("image_size", image_size)
-        self.embed_dim = check_positive_int("embed_dim", embed_dim)
-        self.width = check_positive_int("width", width)
+        super().__init__(in_channels, image_size, embed_dim, width)
         self.depth = check_positive_int("depth", depth)
         in_dim = in_channels * image_size * image_size
         self.mlp = MLP(in_dim, [width] * depth, embed_dim, batch_norm=True, activation="relu")
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``(B, C, H, W)`` images to ``(B, embed_dim)``."""
-        check_image_batch(x, self.in_channels, self.image_size)
+        self.check_input(x)
         return self.mlp(x.flatten(1))

@@ -48,9 +48,7 @@ def build_encoder(
     """
     if name not in ENCODERS:
         raise ValueError(f"name must be one of {tuple(ENCODERS)}, got {name!r}")
-    return ENCODERS[name](
-        in_channels, image_size, embed_dim, DEFAULT_WIDTHS[name] if width is None else width
-    )
+    return ENCODERS[name](in_channels, image_size, embed_dim, DEFAULT_WIDTHS[name] if width is None else width)
 
 
 def count_parameters(module: nn.Module, *, trainable_only: bool = True) -> int:

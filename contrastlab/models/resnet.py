@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from contrastlab.models._image import check_image_batch, check_positive_int
+from contrastlab.models._image import ImageEncoder
 
 __all__ = ["BasicBlock", "ResNet18"]
 
@@ -28,9 +28,7 @@ class BasicBlock(nn.Module):
         self.bn2 = nn.BatchNorm2d(c_out)
         self.shortcut: nn.Module = nn.Identity()
         if stride != 1 or c_in != c_out:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out)
-            )
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), nn.BatchNorm2d(c_out))
 
     def forward(self, x: Tensor) -> Tensor:
         """Apply the block."""
@@ -39,7 +37,7 @@ class BasicBlock(nn.Module):
         return torch.relu(out + self.shortcut(x))
 
 
-class ResNet18(nn.Module):
+class ResNet18(ImageEncoder):
     """CIFAR ResNet-18: 3×3 stem, four stages of two :class:`BasicBlock`, global average pooling.
 
     Stage widths are ``(w, 2w, 4w, 8w)`` and strides ``(1, 2, 2, 2)``.
@@ -61,14 +59,8 @@ class ResNet18(nn.Module):
         torch.Size([2, 64])
     """
 
-    def __init__(
-        self, in_channels: int = 3, image_size: int = 32, embed_dim: int = 512, width: int = 64
-    ) -> None:
-        super().__init__()
-        self.in_channels = check_positive_int("in_channels", in_channels)
-        self.image_size = check_positive_int("image_size", image_size)
-        self.embed_dim = check_positive_int("embed_dim", embed_dim)
-        self.width = check_positive_int("width", width)
+    def __init__(self, in_channels: int = 3, image_size: int = 32, embed_dim: int = 512, width: int = 64) -> None:
+        super().__init__(in_channels, image_size, embed_dim, width)
         self.stem = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, stride=1, padding=1, bias=False),
             nn.BatchNorm2d(width),
@@ -86,5 +78,5 @@ class ResNet18(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``(B, C, H, W)`` images to ``(B, embed_dim)``."""
-        check_image_batch(x, self.in_channels, self.image_size)
+        self.check_input(x)
         return self.fc(self.pool(self.layers(self.stem(x))))

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrastlab.models._image import check_image_batch, check_positive_int
+from contrastlab.models._image import ImageEncoder, check_positive_int
 
 __all__ = ["TinyViT", "TransformerBlock"]
 
@@ -46,7 +46,7 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
-class TinyViT(nn.Module):
+class TinyViT(ImageEncoder):
     """A ViT encoder: ``patch_size × patch_size`` patches, a class token, ``depth`` pre-norm blocks.
 
     The output is the final LayerNorm of the class token mapped linearly to ``embed_dim``.
@@ -81,11 +81,7 @@ class TinyViT(nn.Module):
         patch_size: int | None = None,
         mlp_ratio: float = 4.0,
     ) -> None:
-        super().__init__()
-        self.in_channels = check_positive_int("in_channels", in_channels)
-        self.image_size = check_positive_int("image_size", image_size)
-        self.embed_dim = check_positive_int("embed_dim", embed_dim)
-        self.width = check_positive_int("width", width)
+        super().__init__(in_channels, image_size, embed_dim, width)
         self.depth = check_positive_int("depth", depth)
         self.heads = check_positive_int("heads", heads if heads is not None else max(1, width // 64))
         self.patch_size = check_positive_int(
@@ -109,7 +105,7 @@ class TinyViT(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``(B, C, H, W)`` images to ``(B, embed_dim)``."""
-        check_image_batch(x, self.in_channels, self.image_size)
+        self.check_input(x)
         tokens = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, T, width), T = (H/p)·(W/p)
         cls = self.cls_token.expand(x.shape[0], -1, -1)
         h = self.blocks(torch.cat([cls, tokens], 1) + self.pos_embed)

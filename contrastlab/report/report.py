@@ -107,7 +107,7 @@ def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None)
         ax.set_title(key, fontsize=10)
         ax.set_xlabel("step")
-        if key == "lr" or (key.endswith("loss") and all(v > 0 for _, v in pts) and len(pts) > 1):
+        if key.endswith("loss") and all(v > 0 for _, v in pts) and len(pts) > 1:
             values = [v for _, v in pts]
             if max(values) / max(min(values), 1e-300) > 20:
                 ax.set_yscale("log")

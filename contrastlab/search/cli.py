@@ -60,9 +60,7 @@ def load_matrix(path: str, key: str | None, name: str) -> np.ndarray:
                 keys = list(f.keys())
                 if key is None:
                     if len(keys) != 1:
-                        raise ValueError(
-                            f"{name}: {path} holds tensors {keys}; choose one with its --key option"
-                        )
+                        raise ValueError(f"{name}: {path} holds tensors {keys}; choose one with its --key option")
                     key = keys[0]
                 if key not in keys:
                     raise ValueError(f"{name}: {path} has no tensor {key!r} (it has {keys})")
@@ -87,9 +85,7 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     try:
         ks = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers such as 1,5,10, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,5,10, got {text!r}") from None
     if not ks or any(k < 1 for k in ks):
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return ks
@@ -121,12 +117,8 @@ def _parser() -> _Parser:
     q.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors")
     q.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
     q.add_argument("-k", type=int, default=10, help="neighbours per query")
-    q.add_argument(
-        "--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches"
-    )
-    q.add_argument(
-        "--out", default=None, help="results.npy (ids, (Q, k) int64) or results.json (ids and scores)"
-    )
+    q.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
+    q.add_argument("--out", default=None, help="results.npy (ids, (Q, k) int64) or results.json (ids and scores)")
     q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     e = sub.add_parser("evaluate", help="retrieval metrics of labelled queries against a labelled index")
@@ -135,15 +127,9 @@ def _parser() -> _Parser:
     e.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
     e.add_argument("--query-labels", required=True, help="(Q,) integer labels, .npy or .safetensors")
     e.add_argument("--query-labels-key", default=None, help="tensor name inside a .safetensors labels file")
-    e.add_argument(
-        "-k", type=_parse_ks, default=(1, 5, 10), help="cut-offs, comma-separated (default 1,5,10)"
-    )
-    e.add_argument(
-        "--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches"
-    )
-    e.add_argument(
-        "--no-r-metrics", action="store_true", help="skip MAP@R and R-precision (they search to depth R)"
-    )
+    e.add_argument("-k", type=_parse_ks, default=(1, 5, 10), help="cut-offs, comma-separated (default 1,5,10)")
+    e.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
+    e.add_argument("--no-r-metrics", action="store_true", help="skip MAP@R and R-precision (they search to depth R)")
     e.add_argument("--json", default=None, help="also write the metrics to this JSON file")
     e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
@@ -186,9 +172,7 @@ def _queries(a: argparse.Namespace, index: EmbeddingIndex) -> tuple[np.ndarray, 
     if xq.ndim != 2:
         raise ValueError(f"--queries: expected shape (Q, D), got {xq.shape} in {a.queries}")
     if a.exclude_self and xq.shape[0] > index.ntotal:
-        raise ValueError(
-            f"--exclude-self: {xq.shape[0]} queries but the index holds only {index.ntotal} rows"
-        )
+        raise ValueError(f"--exclude-self: {xq.shape[0]} queries but the index holds only {index.ntotal} rows")
     return xq, (index.ids[: xq.shape[0]] if a.exclude_self else None)
 
 

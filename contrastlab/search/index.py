@@ -188,9 +188,7 @@ class EmbeddingIndex:
         self.ef_construction = _positive_int("ef_construction", ef_construction)
         self.device = check_choice("device", device, ("cpu", "cuda", "auto"))
         if self.device == "cuda" and not hasattr(faiss, "StandardGpuResources"):
-            raise ValueError(
-                "device='cuda' needs a faiss build with GPU support (faiss-gpu); this one is CPU-only"
-            )
+            raise ValueError("device='cuda' needs a faiss build with GPU support (faiss-gpu); this one is CPU-only")
         self._index: Any = None if kind == "ivf" else self._new_index(0)
         self._gpu_index: Any = None
         self._ids = np.empty(0, dtype=np.int64)
@@ -209,9 +207,7 @@ class EmbeddingIndex:
         if self.nlist is None:
             self.nlist = int(min(max(1, round(4 * math.sqrt(n_train))), max(1, n_train // 39)))
         if n_train < self.nlist:
-            raise ValueError(
-                f"embeddings: IVF with nlist = {self.nlist} needs at least {self.nlist} vectors to train"
-            )
+            raise ValueError(f"embeddings: IVF with nlist = {self.nlist} needs at least {self.nlist} vectors to train")
         quantizer = faiss.IndexFlatIP(self.dim)
         index = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, mt)
         index.nprobe = self._nprobe  # faiss's Python wrapper keeps `quantizer` alive with `index`
@@ -259,10 +255,7 @@ class EmbeddingIndex:
         return self.ntotal
 
     def __repr__(self) -> str:
-        return (
-            f"EmbeddingIndex(dim={self.dim}, metric={self.metric!r}, kind={self.kind!r}, "
-            f"ntotal={self.ntotal})"
-        )
+        return f"EmbeddingIndex(dim={self.dim}, metric={self.metric!r}, kind={self.kind!r}, ntotal={self.ntotal})"
 
     def _prepare(self, name: str, x: object) -> np.ndarray:
         arr = as_float32_matrix(name, x, dim=self.dim)
@@ -305,25 +298,18 @@ class EmbeddingIndex:
         """
         x = self._prepare("embeddings", embeddings)
         n = x.shape[0]
-        new_ids = (
-            np.arange(self.ntotal, self.ntotal + n, dtype=np.int64)
-            if ids is None
-            else _int_vector("ids", ids, n)
-        )
+        new_ids = np.arange(self.ntotal, self.ntotal + n, dtype=np.int64) if ids is None else _int_vector("ids", ids, n)
         all_ids = np.concatenate([self._ids, new_ids])
         uniq, counts = np.unique(all_ids, return_counts=True)
         if uniq.shape[0] != all_ids.shape[0]:
             dup = int(uniq[counts > 1][0])
             raise ValueError(
-                f"ids must be unique across the index; id {dup} occurs twice "
-                "(omitted ids default to row positions)"
+                f"ids must be unique across the index; id {dup} occurs twice (omitted ids default to row positions)"
             )
         if labels is None and self._labels is not None:
             raise ValueError("labels: the index has labels, so every add must give them")
         if labels is not None and self._labels is None and self.ntotal > 0:
-            raise ValueError(
-                "labels: the index was built without labels; give labels on every add or on none"
-            )
+            raise ValueError("labels: the index was built without labels; give labels on every add or on none")
         new_labels = None if labels is None else _int_vector("labels", labels, n)
         if self._index is None:  # IVF: train the coarse quantizer on the first batch
             self._index = self._new_index(n)
@@ -366,7 +352,8 @@ class EmbeddingIndex:
 
         Args:
             queries: query vectors.
-            k: neighbours per query, ``1 ≤ k ≤ N`` (``N − 1`` with ``exclude_ids``).
+            k: neighbours per query, ``1 ≤ k ≤ N`` (``N − 1`` with ``exclude_ids``). HNSW searches with
+                ``max(ef_search, k)`` candidates, since it cannot return more hits than candidates.
             exclude_ids: per query, an id to leave out of its results (use ids absent from the index for
                 queries that are not in the corpus).
             batch_size: queries per faiss call.
@@ -392,15 +379,22 @@ class EmbeddingIndex:
         scores = np.empty((nq, k), dtype=np.float32)
         positions = np.empty((nq, k), dtype=np.int64)
         searcher = self._searcher()
+        if self.kind == "hnsw":  # HNSW returns at most efSearch hits: search with max(ef_search, k) candidates
+            # (set on the index, not through `params=`, which faiss.contrib.torch_utils' wrapper drops)
+            searcher.hnsw.efSearch = max(self._ef_search, kk)
         bar = _progress(progress, "searching", nq)
-        for s in range(0, nq, batch_size):
-            e = min(s + batch_size, nq)
-            d, i = searcher.search(xq[s:e], kk)
-            if excl is not None:
-                d, i = self._drop_self(d, i, excl[s:e], k)
-            scores[s:e], positions[s:e] = d, i
-            bar.advance(e - s)
-        bar.close()
+        try:
+            for s in range(0, nq, batch_size):
+                e = min(s + batch_size, nq)
+                d, i = searcher.search(xq[s:e], kk)
+                if excl is not None:
+                    d, i = self._drop_self(d, i, excl[s:e], k)
+                scores[s:e], positions[s:e] = d, i
+                bar.advance(e - s)
+        finally:
+            bar.close()
+            if self.kind == "hnsw":
+                searcher.hnsw.efSearch = self._ef_search
         if (positions < 0).any():  # approximate indexes can return fewer than k hits
             raise ValueError(
                 f"k = {k}: the index returned fewer than k results for some queries; raise nprobe/ef_search"
@@ -412,9 +406,7 @@ class EmbeddingIndex:
             labels=None if self._labels is None else self._labels[positions],
         )
 
-    def _drop_self(
-        self, d: np.ndarray, i: np.ndarray, excl: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _drop_self(self, d: np.ndarray, i: np.ndarray, excl: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Remove the self match (or the last hit) from ``k + 1`` results per query."""
         hit_ids = np.where(i >= 0, self._ids[np.clip(i, 0, None)], np.iinfo(np.int64).min)
         drop = hit_ids == excl[:, None]  # (q, k+1)
@@ -432,9 +424,7 @@ class EmbeddingIndex:
         """
         stop = self.ntotal if stop is None else stop
         if not 0 <= start <= stop <= self.ntotal:
-            raise ValueError(
-                f"start, stop must satisfy 0 <= start <= stop <= {self.ntotal}, got {start}, {stop}"
-            )
+            raise ValueError(f"start, stop must satisfy 0 <= start <= stop <= {self.ntotal}, got {start}, {stop}")
         if stop == start:
             return np.empty((0, self.dim), dtype=np.float32)
         return self._index.reconstruct_n(start, stop - start)
@@ -526,9 +516,7 @@ class EmbeddingIndex:
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise IndexFormatError(f"{meta_path} is corrupted (not valid JSON: {e})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
-            raise IndexFormatError(
-                f"{meta_path} is not an EmbeddingIndex sidecar (format field missing or wrong)"
-            )
+            raise IndexFormatError(f"{meta_path} is not an EmbeddingIndex sidecar (format field missing or wrong)")
         if meta.get("format_version") != FORMAT_VERSION:
             raise IndexFormatError(
                 f"{meta_path} has format_version {meta.get('format_version')!r}; "
@@ -569,9 +557,7 @@ class EmbeddingIndex:
         except (RuntimeError, ValueError, OSError) as e:
             raise IndexFormatError(f"path {root}: cannot read the index files ({e})") from None
         if fx.ntotal != ntotal or fx.d != index.dim or ids.shape != (ntotal,) or ids.dtype != np.int64:
-            raise IndexFormatError(
-                f"path {root}: index.faiss/ids.npy disagree with meta.json (ntotal, dim or dtype)"
-            )
+            raise IndexFormatError(f"path {root}: index.faiss/ids.npy disagree with meta.json (ntotal, dim or dtype)")
         if labels is not None and (labels.shape != (ntotal,) or labels.dtype != np.int64):
             raise IndexFormatError(f"path {root}: labels.npy disagrees with meta.json")
         index._index = fx

@@ -97,8 +97,7 @@ def _check_depth_r(hits: np.ndarray, n_relevant: np.ndarray, metric: str) -> Non
     need = int(n_relevant.max(initial=0))
     if need > hits.shape[1]:
         raise ValueError(
-            f"hits has K = {hits.shape[1]} columns but {metric} needs the top R = {need} "
-            "(the largest n_relevant)"
+            f"hits has K = {hits.shape[1]} columns but {metric} needs the top R = {need} (the largest n_relevant)"
         )
 
 

@@ -159,9 +159,7 @@ def _corpus_blocks(corpus: Corpus, rows: int, name: str) -> Iterator[tuple[int, 
             yield start, _as_tensor(name, corpus[start : start + rows])
         return
     if not isinstance(corpus, Iterable):
-        raise TypeError(
-            f"{name} must be a tensor, an array or an iterable of blocks, got {type(corpus).__name__}"
-        )
+        raise TypeError(f"{name} must be a tensor, an array or an iterable of blocks, got {type(corpus).__name__}")
     start = 0
     for block in corpus:
         t = _as_tensor(name, block)
@@ -183,9 +181,7 @@ def _search_logits(search: object, rows: int | None, num_items: int | None, name
             block = search(start, stop)
             if not isinstance(block, Tensor) or block.ndim != 2 or block.shape[1] != stop - start:
                 got = tuple(block.shape) if isinstance(block, Tensor) else type(block).__name__
-                raise ValueError(
-                    f"{name}({start}, {stop}) must return a (Q, {stop - start}) tensor, got {got}"
-                )
+                raise ValueError(f"{name}({start}, {stop}) must return a (Q, {stop - start}) tensor, got {got}")
             if not block.is_floating_point() or not bool(torch.isfinite(block).all()):
                 raise ValueError(f"{name}({start}, {stop}) returned non-finite or non-float logits")
             yield block
@@ -220,9 +216,7 @@ class _OnlineLSE:
             self.m, self.s = m_b, s_b
             return
         if m_b.shape != self.m.shape:
-            raise ValueError(
-                f"logit blocks disagree on the number of queries: {m_b.shape[0]} vs {self.m.shape[0]}"
-            )
+            raise ValueError(f"logit blocks disagree on the number of queries: {m_b.shape[0]} vs {self.m.shape[0]}")
         m = torch.maximum(self.m, m_b)
         self.s = self.s * torch.exp(self.m - m) + s_b * torch.exp(m_b - m)
         self.m = m
@@ -369,9 +363,7 @@ def log_prob(
         lse.update(x)
         start = stop
     if int(it2.min()) < 0 or int(it2.max()) >= start:
-        raise ValueError(
-            f"items must lie in [0, N) = [0, {start}), got range [{int(it2.min())}, {int(it2.max())}]"
-        )
+        raise ValueError(f"items must lie in [0, N) = [0, {start}), got range [{int(it2.min())}, {int(it2.max())}]")
     assert picked is not None
     out = picked - lse.logsumexp()[:, None]
     return out[:, 0] if squeeze else out
@@ -427,9 +419,7 @@ def sample(
             xc = x[:, c0 : c0 + chunk]  # (Q, C)
             g = torch.empty((q, num_samples, xc.shape[1]), dtype=x.dtype, device=x.device)
             g.exponential_(generator=generator)  # E ~ Exp(1), so −log E ~ Gumbel(0, 1)
-            g.clamp_min_(torch.finfo(x.dtype).tiny).log_().neg_().add_(
-                xc[:, None, :]
-            )  # (Q, S, C) logits + Gumbel
+            g.clamp_min_(torch.finfo(x.dtype).tiny).log_().neg_().add_(xc[:, None, :])  # (Q, S, C) logits + Gumbel
             val, idx = g.max(dim=2)  # (Q, S)
             idx = idx + (start + c0)
             if best_val is None or best_idx is None:
@@ -480,9 +470,7 @@ def cross_entropy(
     """
     if p is q:
         return entropy(p, num_items=num_items, block_size=block_size, density=density)
-    if block_size is None and (callable(p) and not isinstance(p, tuple)) != (
-        callable(q) and not isinstance(q, tuple)
-    ):
+    if block_size is None and (callable(p) and not isinstance(p, tuple)) != (callable(q) and not isinstance(q, tuple)):
         # align a triple's default block with the logits function's
         block_size = 4096
     acc = _OnlineCE()
@@ -585,14 +573,10 @@ def topk_log_partition(
     """
     s = _scale_of(temperature, scale)
     if index.kind != "flat":
-        raise ValueError(
-            f"index must be exact (kind='flat') for the tail bound to hold, got kind={index.kind!r}"
-        )
+        raise ValueError(f"index must be exact (kind='flat') for the tail bound to hold, got kind={index.kind!r}")
     res = index.search(queries, k)
     logits = torch.from_numpy(res.scores).double() * s  # (Q, k), descending
     lower = torch.logsumexp(logits, dim=1)
-    tail = (
-        math.log(index.ntotal - k) + logits[:, -1] if index.ntotal > k else torch.full_like(lower, -math.inf)
-    )
+    tail = math.log(index.ntotal - k) + logits[:, -1] if index.ntotal > k else torch.full_like(lower, -math.inf)
     upper = torch.logaddexp(lower, tail)
     return TopKLogPartition(lower=lower, upper=upper)

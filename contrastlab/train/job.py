@@ -237,7 +237,11 @@ def build_encoder(config: JobConfig, in_dim: int) -> nn.Module:
     return MLP(in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
 
 
-def _loss_value(config: LossConfig, a: Tensor, p: Tensor, batch: dict[str, Tensor], negatives: Tensor | None) -> Tensor:
+def _loss_value(
+    config: LossConfig, a: Tensor, p: Tensor, batch: dict[str, Tensor], negatives: Tensor | None, *, gather: bool
+) -> Tensor:
+    # gather=True in training: under torchrun each rank contrasts its anchors with every rank's
+    # candidates (a no-op in one process); evaluation runs on rank 0 alone and never gathers.
     from contrastlab import losses
 
     if config.name in ("info_nce", "dcl"):
@@ -249,13 +253,14 @@ def _loss_value(config: LossConfig, a: Tensor, p: Tensor, batch: dict[str, Tenso
             variant="dcl" if config.name == "dcl" else "infonce",
             symmetric=config.symmetric,
             normalize=config.normalize,
+            gather=gather,
         )
     if config.name == "nt_xent":
-        return losses.nt_xent(a, p, temperature=config.temperature)
+        return losses.nt_xent(a, p, temperature=config.temperature, gather=gather)
     if "labels" not in batch:
         raise ValueError("loss.name is 'supcon' but the dataset gives no labels")
     labels = batch["labels"]
-    return losses.supcon(torch.cat([a, p]), torch.cat([labels, labels]), temperature=config.temperature)
+    return losses.supcon(torch.cat([a, p]), torch.cat([labels, labels]), temperature=config.temperature, gather=gather)
 
 
 def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
@@ -266,12 +271,12 @@ def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], 
         raw = batch.get("negatives")
         if raw is None:
             a, p = model(torch.cat([batch["anchor"], batch["positive"]])).split(n)
-            return _loss_value(config.loss, a, p, batch, None)
+            return _loss_value(config.loss, a, p, batch, None, gather=True)
         flat = raw.reshape(-1, raw.shape[-1])
         emb = model(torch.cat([batch["anchor"], batch["positive"], flat]))
         a, p, negs = emb[:n], emb[n : 2 * n], emb[2 * n :]
         negs = negs.view(*raw.shape[:-1], -1)
-        return _loss_value(config.loss, a, p, batch, negs)
+        return _loss_value(config.loss, a, p, batch, negs, gather=True)
 
     return loss_fn
 
@@ -308,7 +313,9 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
         b = min(config.data.batch_size, a.shape[0])
         chunks = [(i, i + b) for i in range(0, a.shape[0] - b + 1, b)]
         chunk_losses = [
-            float(_loss_value(config.loss, a[i:j], p[i:j], {k: v[i:j] for k, v in held_out.items()}, None))
+            float(
+                _loss_value(config.loss, a[i:j], p[i:j], {k: v[i:j] for k, v in held_out.items()}, None, gather=False)
+            )
             for i, j in chunks
         ]
         out = {
@@ -352,10 +359,14 @@ def run_job(
 
     if config.data.name not in DATA_BUILDERS:
         raise ConfigError(f"data.name must be one of {tuple(DATA_BUILDERS)}, got {config.data.name!r}")
+    from contrastlab import distributed as cd
+
+    is_main = cd.rank() == 0  # under torchrun, rank 0 alone writes files
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = to_dict(config)
-    write_json_atomic(out / "config.json", cfg)
+    if is_main:
+        write_json_atomic(out / "config.json", cfg)
     source = DATA_BUILDERS[config.data.name](config)
     torch.manual_seed(config.train.seed)  # the encoder's initialisation
     model = build_encoder(config, source.in_dim)
@@ -394,7 +405,7 @@ def run_job(
     }
     cols = results["tables"][0]["columns"]
     results["tables"][0]["rows"] = [[r.get(c) for c in cols] for r in result.history if any(k in r for k in cols[1:])]
-    if write_results:
+    if write_results and is_main:
         import datetime as _dt
 
         results["timestamp"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")

@@ -25,8 +25,16 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab.io import write_text_atomic
-from contrastlab.train.checkpoint import capture_rng, latest_checkpoint, restore_rng, save_checkpoint
+from contrastlab.train.checkpoint import (
+    CHECKPOINT_NAME,
+    PREVIOUS_NAME,
+    capture_rng,
+    latest_checkpoint,
+    restore_rng,
+    save_checkpoint,
+)
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
 from contrastlab.train.schedule import LRSchedule
@@ -246,14 +254,24 @@ def fit(
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the directory holding the checkpoint)")
     t_start = time.perf_counter()
-    device = resolve_device(config.device)
+    # Under torchrun every rank runs this loop on its share of each global batch; rank 0 alone
+    # writes metrics and checkpoints, evaluates and shows progress (see the README, "Distributed").
+    distributed = cd.is_distributed()
+    is_main = cd.rank() == 0
+    device = cd.local_device(resolve_device(config.device))
     out = Path(out_dir) if out_dir is not None else None
-    metrics_path = out / METRICS_NAME if out is not None else None
-    if out is not None:
+    metrics_path = out / METRICS_NAME if out is not None and is_main else None
+    if out is not None and is_main:
         out.mkdir(parents=True, exist_ok=True)
 
     _seed_everything(config.seed)
     model.to(device)
+    net: nn.Module = model
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    per_rank_batches = bool(getattr(batch_at, "per_rank", False))
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model has no trainable parameters")
@@ -274,7 +292,8 @@ def fit(
     loss_count = 0
     history: list[dict[str, Any]] = []
     if resume and out is not None:
-        state = latest_checkpoint(out, map_location=device)
+        # loaded on the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest
+        state = latest_checkpoint(out, map_location="cpu")
         if state is not None:
             for key, value in identity.items():
                 saved = state.get("identity", {}).get(key)
@@ -293,13 +312,18 @@ def fit(
             loss_sum = state["loss_sum"].to(device=device, dtype=torch.float64)
             loss_count = int(state["loss_count"])
             assert metrics_path is not None
-            history = _read_metrics(metrics_path, start)
-            write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
-    if start == 0 and metrics_path is not None:
+            if metrics_path is not None:
+                history = _read_metrics(metrics_path, start)
+                write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
+    if start == 0 and out is not None and metrics_path is not None:
+        # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
+        # fallback to checkpoint.prev.pt can never land in another run
         write_text_atomic(metrics_path, "")
+        for stale in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
+            (out / stale).unlink(missing_ok=True)
 
     def checkpoint(step: int) -> None:
-        if out is None:
+        if out is None or not is_main:
             return
         state = {
             "format": 1,
@@ -316,7 +340,7 @@ def fit(
         save_checkpoint(state, out)
 
     def run_eval(step: int) -> dict[str, float]:
-        if eval_fn is None:
+        if eval_fn is None or not is_main:
             return {}
         model.eval()
         with torch.no_grad():
@@ -333,16 +357,20 @@ def fit(
             yield f
 
     final_eval: dict[str, float] = {}
-    progress = _Progress(config.progress, config.steps, start)
+    progress = _Progress(config.progress and is_main, config.steps, start)
+    cd.barrier()  # every rank has loaded the checkpoint before rank 0 may write a new one
     last_loss: float | None = None
     model.train()
     try:
         with _SignalCatcher(out is not None) as signals, metrics_file() as mfile:
             for step in range(start, config.steps):
                 lr = schedule.apply(step)
-                batch = _to_device(batch_at(step), device)
+                batch = batch_at(step)
+                if distributed and not per_rank_batches:
+                    batch = cd.shard_rows(batch)
+                batch = _to_device(batch, device)
                 with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                    loss, logs = _call_loss(loss_fn, model, batch)
+                    loss, logs = _call_loss(loss_fn, net, batch)
                 optimizer.zero_grad(set_to_none=True)
                 scaler.scale(loss).backward()
                 grad_norm: Tensor | None = None
@@ -352,7 +380,18 @@ def fit(
                 scaler.step(optimizer)
                 scaler.update()
                 done = step + 1
-                loss_sum += loss.detach()
+                if distributed:
+                    # one all-reduce per step: the global loss (mean of the ranks' shares) and whether
+                    # any rank caught a signal, so that every rank stops at the same step
+                    flag = float(signals.received or 0)
+                    both = torch.stack([loss.detach().double(), torch.tensor(flag, dtype=torch.float64, device=device)])
+                    both = cd.all_reduce_mean(both)
+                    loss_step = both[0]
+                    if signals.received is None and float(both[1]) > 0:
+                        signals.received = signal.SIGTERM
+                else:
+                    loss_step = loss.detach()
+                loss_sum += loss_step
                 loss_count += 1
                 if on_step is not None:
                     on_step(model, done, loss.detach())
@@ -373,8 +412,7 @@ def fit(
                     ev = run_eval(done)
                     if done == config.steps:
                         final_eval = ev
-                    row.update({f"eval/{k}": v for k, v in ev.items()})
-                    row.setdefault("step", done)
+                    row = {"step": done, **row, **{f"eval/{k}": v for k, v in ev.items()}}
                 if row:
                     history.append(row)
                     if mfile is not None:
@@ -389,6 +427,7 @@ def fit(
                     checkpoint(done)
             if start >= config.steps and eval_fn is not None:  # resumed a finished run: evaluate again
                 final_eval = run_eval(start)
+        cd.barrier()
     finally:
         progress.close()
     if signals.received is not None:

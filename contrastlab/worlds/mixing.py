@@ -412,9 +412,7 @@ def make_mixing(
     elif name == "patches":
         m = PatchesMixing(latent_dim, seed=seed, n_slices=n_slices)
     else:
-        m = LeakyMLPMixing(
-            latent_dim, seed=seed, n_layers=n_layers, slope=slope, singular_range=singular_range
-        )
+        m = LeakyMLPMixing(latent_dim, seed=seed, n_layers=n_layers, slope=slope, singular_range=singular_range)
     return m.requires_grad_(False).eval()
 
 
@@ -448,8 +446,11 @@ class InverseSpiralEncoder(nn.Module):
     """Learnable inverse of :class:`SpiralMixing`.
 
     A learnable affine read-out c(x) = aᵀx + b of the control coordinate gives the angle θ = n π c(x);
-    (x₁, x₂) is rotated back by −θ and a learnable linear map W acts on (x₁', x₂', x₃, …). The exact
-    inverse is one point of the family (a = e₃, b = 0, W = I); a and W start at random.
+    (x₁, x₂) is rotated back by −θ and a learnable linear map W acts on (x₁', x₂', c, x₄, …): the
+    read-out takes z₃'s place in the output, so the loss trains it directly as well as through the
+    angle. The exact inverse is one point of the family (a = e₃, b = 0, W = I); W starts at random
+    and a at e₃ plus small noise (the architecture knows which coordinate drives the spiral, as the
+    paper's inverse encoders do).
 
     Args:
         dim: d (= observation dimension) >= 3.
@@ -465,13 +466,20 @@ class InverseSpiralEncoder(nn.Module):
         self.n_periods = float(n_periods)
         self.control = nn.Linear(dim, 1)
         self.out = nn.Linear(dim, dim)
+        with torch.no_grad():
+            # Start the read-out near the generator's control coordinate (e₃ plus noise of scale 0.1/√d): it
+            # also sits in the output, where its sign is free, and from a random start about half the
+            # seeds settle at c ≈ −z₃, which doubles the twist instead of undoing it.
+            self.control.weight.mul_(0.1 / self.control.weight.std().clamp_min(1e-12) / math.sqrt(dim))
+            self.control.weight[0, 2] += 1.0
+            self.control.bias.zero_()
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``x`` of shape ``(N, dim)``."""
         _check_input("x", x, self.in_dim)
-        theta = -self.n_periods * math.pi * self.control(x)[:, 0]
-        a, b = _rotate_pair(x[:, 0], x[:, 1], theta)
-        return self.out(torch.cat([a[:, None], b[:, None], x[:, 2:]], dim=1))
+        c = self.control(x)  # (N, 1): the read-out of the control coordinate z₃
+        a, b = _rotate_pair(x[:, 0], x[:, 1], -self.n_periods * math.pi * c[:, 0])
+        return self.out(torch.cat([a[:, None], b[:, None], c, x[:, 3:]], dim=1))
 
 
 class SoftInversePatchesEncoder(nn.Module):

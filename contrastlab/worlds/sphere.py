@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
+from scipy import special
 from torch import Tensor
 
-__all__ = ["log_sphere_area", "sample_uniform_sphere", "sample_vmf"]
+__all__ = [
+    "log_sphere_area",
+    "log_vmf_normalizer",
+    "log_vmf_density_ratio",
+    "log_vmf_ratio_second_moment",
+    "sample_uniform_sphere",
+    "sample_vmf",
+    "vmf_mean_resultant_length",
+]
 
 
 def _check_dim(d: int) -> int:
@@ -145,6 +155,142 @@ def sample_vmf(
     x = w.unsqueeze(1) * mu64 + s * v
     x = x / x.norm(dim=1, keepdim=True)
     return x.to(device=mu.device, dtype=mu.dtype if mu.is_floating_point() else torch.float32)
+
+
+def _check_kappa(kappa: float | np.ndarray) -> np.ndarray:
+    k = np.asarray(kappa, dtype=np.float64)
+    if not np.all(np.isfinite(k)) or np.any(k < 0):
+        raise ValueError(f"kappa must be finite and >= 0, got {kappa!r}")
+    return k
+
+
+def _log_bessel_iv(nu: float, kappa: np.ndarray) -> np.ndarray:
+    """Log I_ν(κ) for κ > 0, ν >= 0, without overflow (κ up to 1e4 and beyond) or underflow.
+
+    Uses the exponentially scaled ``ive`` (I_ν(κ) = ive(ν, κ) e^κ). Where ``ive`` underflows (κ tiny
+    relative to ν) it falls back to the power series I_ν(κ) = Σ_m (κ/2)^{2m+ν} / (m! Γ(m+ν+1)) summed in
+    log space; the series converges for every κ and is used only where it needs few terms.
+    """
+    out = np.empty_like(kappa)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        ive = special.ive(nu, kappa)
+        ok = np.isfinite(ive) & (ive > 1e-280) & (kappa > 1e-3)
+        out[ok] = np.log(ive[ok]) + kappa[ok]
+    bad = ~ok
+    if np.any(bad):
+        kb = kappa[bad]
+        m = np.arange(0, 400, dtype=np.float64)[:, None]  # (terms, points)
+        half = np.log(kb / 2.0)
+        terms = (2.0 * m + nu) * half[None, :] - special.gammaln(m + 1.0) - special.gammaln(m + nu + 1.0)
+        out[bad] = special.logsumexp(terms, axis=0)
+    return out
+
+
+def log_vmf_normalizer(d: int, kappa: float | np.ndarray) -> float | np.ndarray:
+    """Log C_d(κ), the log normaliser of the von Mises–Fisher density on S^{d-1}.
+
+    C_d(κ) = κ^{d/2-1} / ((2π)^{d/2} I_{d/2-1}(κ)) so that C_d(κ) e^{κ⟨μ, x⟩} integrates to 1 against
+    the surface measure (Whiteley 2026, §1.4 of our reference notes). At κ = 0 it is the uniform
+    density 1/|S^{d-1}|; for κ -> 0 the power series of I_ν is used, for large κ the scaled Bessel
+    function ``scipy.special.ive``, so κ from 0 to 1e4 (and beyond) is exact to float64 precision.
+
+    Args:
+        d: ambient dimension (>= 2).
+        kappa: concentration κ >= 0, a float or an array.
+
+    Returns:
+        log C_d(κ), a float for a scalar ``kappa``, else an array of ``kappa``'s shape.
+
+    Raises:
+        ValueError: ``d`` < 2, or ``kappa`` negative or non-finite.
+    """
+    _check_dim(d)
+    k = _check_kappa(kappa)
+    flat = np.atleast_1d(k).ravel()
+    nu = 0.5 * d - 1.0
+    out = np.full_like(flat, -log_sphere_area(d))  # κ = 0: the uniform density
+    pos = flat > 0
+    if np.any(pos):
+        kp = flat[pos]
+        out[pos] = nu * np.log(kp) - 0.5 * d * math.log(2.0 * math.pi) - _log_bessel_iv(nu, kp)
+    return float(out[0]) if k.ndim == 0 else out.reshape(k.shape)
+
+
+def vmf_mean_resultant_length(d: int, kappa: float | np.ndarray) -> float | np.ndarray:
+    """A_d(κ) = E⟨μ, X⟩ = I_{d/2}(κ) / I_{d/2-1}(κ) for X ~ vMF(μ, κ) on S^{d-1} (0 at κ = 0).
+
+    For d = 3 it is coth κ − 1/κ.
+
+    Args:
+        d: ambient dimension (>= 2).
+        kappa: concentration κ >= 0.
+
+    Returns:
+        A_d(κ) in [0, 1), a float for a scalar ``kappa``, else an array.
+    """
+    _check_dim(d)
+    k = _check_kappa(kappa)
+    flat = np.atleast_1d(k).ravel()
+    out = np.zeros_like(flat)
+    pos = flat > 0
+    if np.any(pos):
+        kp = flat[pos]
+        out[pos] = np.exp(_log_bessel_iv(0.5 * d, kp) - _log_bessel_iv(0.5 * d - 1.0, kp))
+    return float(out[0]) if k.ndim == 0 else out.reshape(k.shape)
+
+
+def log_vmf_density_ratio(zeta: Tensor, zeta_prime: Tensor, kappa: float, *, pairwise: bool = True) -> Tensor:
+    """Log dM(ζ, ·)/dπ_data(ζ') = log|S^{d-1}| + log C_d(κ) + κ⟨ζ, ζ'⟩, M(ζ, ·) = vMF(ζ, κ), π uniform.
+
+    This is the importance weight of Whiteley's idealised search M̂_m (Assumption (B)). When both
+    measures are pushed forward through the same injective map g the Jacobians cancel, so the same
+    formula holds for x = g(ζ), x' = g(ζ').
+
+    Shape:
+        ``zeta`` (Q, d); ``zeta_prime`` (M, d). Result (Q, M) if ``pairwise`` else (Q,) with M = Q
+        (row i against row i).
+
+    Args:
+        zeta: anchor latents (unit rows).
+        zeta_prime: candidate latents (unit rows).
+        kappa: the positive generator's concentration κ >= 0.
+        pairwise: all pairs (default) or matching rows.
+
+    Returns:
+        Log density ratio in float64.
+    """
+    if not isinstance(zeta, Tensor) or zeta.ndim != 2:
+        raise ValueError(f"zeta must be a tensor of shape (Q, d), got {getattr(zeta, 'shape', type(zeta))}")
+    if not isinstance(zeta_prime, Tensor) or zeta_prime.ndim != 2 or zeta_prime.shape[1] != zeta.shape[1]:
+        raise ValueError(
+            f"zeta_prime must have shape (M, {zeta.shape[1]}), got {getattr(zeta_prime, 'shape', None)}"
+        )
+    d = zeta.shape[1]
+    k = float(_check_kappa(kappa))
+    const = log_sphere_area(d) + float(log_vmf_normalizer(d, k))
+    a, b = zeta.to(torch.float64), zeta_prime.to(torch.float64)
+    if pairwise:
+        return const + k * (a @ b.T)
+    if a.shape[0] != b.shape[0]:
+        raise ValueError(f"zeta_prime must have as many rows as zeta when pairwise=False, got {b.shape[0]}")
+    return const + k * (a * b).sum(dim=1)
+
+
+def log_vmf_ratio_second_moment(d: int, kappa: float) -> float:
+    """Log E[(dM(Z, ·)/dπ_data(Z'))²] for Z, Z' i.i.d. uniform on S^{d-1} and M(z, ·) = vMF(z, κ).
+
+    E[(dM/dπ)²] = |S^{d-1}| C_d(κ)² / C_d(2κ) (= κ coth κ for d = 3, 1 at κ = 0). It is the constant of
+    Whiteley's Proposition 2, eq. (12) and the finite-k term of Theorem 1.
+
+    Args:
+        d: ambient dimension (>= 2).
+        kappa: concentration κ >= 0.
+
+    Returns:
+        The log of the second moment (a float; exponentiate for the moment itself).
+    """
+    k = float(_check_kappa(kappa))
+    return log_sphere_area(d) + 2.0 * float(log_vmf_normalizer(d, k)) - float(log_vmf_normalizer(d, 2.0 * k))
 
 
 def log_sphere_area(d: int) -> float:

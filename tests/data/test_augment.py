@@ -232,5 +232,21 @@ def test_bad_arguments_are_named() -> None:
         ColorJitter()(torch.rand(2, 3, 4, 4), 0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="^x"):
         ColorJitter()(torch.rand(3, 4, 4), gen(0))
-    with pytest.raises(ValueError, match="^p"):
-        Compose([RandomResizedCrop(8)], p=0.5)
+    half = Compose([RandomResizedCrop(8)], p=0.5)
+    assert half(torch.rand(4, 1, 8, 8), gen(0)).shape == (4, 1, 8, 8)  # a same-size crop may be skipped
+    with pytest.raises(ValueError, match="^p must be 1"):
+        half(torch.rand(4, 1, 16, 16), gen(0))
+    with pytest.raises(ValueError, match="p must be 1"):
+        RandomResizedCrop(8).apply(
+            torch.rand(2, 1, 16, 16), {"box": torch.zeros(2, 4), "apply": torch.tensor([True, False])}
+        )
+
+
+def test_regimes_without_flip_keep_op_positions() -> None:
+    x = smooth_images(32, 1, 8)
+    aug = augmentation_regime("all_without_crop", 8, flip=False)
+    params = aug.sample(32, 8, 8, gen(0))
+    assert not bool(aug.op_params(params, 0)["apply"].any())
+    assert isinstance(aug.ops[0], RandomHorizontalFlip) and isinstance(aug.ops[4], Cutout)
+    assert aug(x, gen(0)).shape == x.shape
+    assert augmentation_regime("simclr_all", 8, flip=False).ops[1].p == 0.0

@@ -192,8 +192,12 @@ def test_imagenet32_npz(tmp_path: Path) -> None:
     assert ds.images.shape == (20, 3, 32, 32) and ds.num_classes == 1000
     assert np.array_equal(ds.images.numpy(), np.concatenate(all_images))
     assert ds.labels.tolist() == all_labels
+    assert not dataset_available("imagenet32", tmp_path, "test")
     np.savez(val_dir / "val_data.npz", data=all_images[0].reshape(2, -1), labels=np.array([1, 1000]))
+    assert dataset_available("imagenet32", tmp_path, "test")
     assert load_dataset("imagenet32", tmp_path, "test").labels.tolist() == [0, 999]
+    assert dataset_available("imagenet32", val_dir, "val")  # batches unpacked without their folder
+    assert load_imagenet32(val_dir, "val").labels.tolist() == [0, 999]
 
 
 def test_tiny_imagenet_folders(tmp_path: Path) -> None:
@@ -243,6 +247,8 @@ def test_missing_root_says_where_to_put_files(tmp_path: Path, name: str) -> None
 def test_dataset_available_and_registry_errors(tmp_path: Path) -> None:
     _write_cifar10(tmp_path)
     assert dataset_available("cifar10", tmp_path, "train") and dataset_available("cifar10", tmp_path, "test")
+    assert dataset_available("cifar10", tmp_path / "cifar-10-batches-py")  # the extracted folder itself
+    assert not dataset_available("cifar100", tmp_path)
     assert dataset_available("digits")
     with pytest.raises(ValueError, match="^name"):
         load_dataset("mnist", tmp_path)

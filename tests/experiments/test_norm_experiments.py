@@ -36,7 +36,7 @@ def test_norm_dynamics_tiny_run_is_exact_for_sgd(tmp_path: Path) -> None:
 
 def test_norm_calibration_tiny_run(tmp_path: Path) -> None:
     cfg = norm_calibration.Config(
-        concept_steps=20, digits_steps=20, hidden=16, dim=8, concept_queries_per_item=4, digits_batch=64
+        concept_steps=20, digits_steps=20, hidden=16, dim=8, concept_queries_per_item=4, digits_batch=64, digits_width=4
     )
     res = norm_calibration.run(cfg, tmp_path)
     _check_shape(res, tmp_path)

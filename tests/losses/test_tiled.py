@@ -277,7 +277,7 @@ def test_small_budget_routes_to_tiled_kernel(monkeypatch, kind, variant, symmetr
     # fit: chunk_size=None must take the tiled kernel; with the real budget it must stay dense.
     a, p, negs = _data(kind, 48, 4, 48, seed=15)
     used = []
-    for name in ("tiled_lse", "tiled_per_anchor_lse", "dense_row_lse"):
+    for name in ("tiled_lse", "tiled_lse_rows_cols", "tiled_per_anchor_lse", "dense_row_lse"):
         real = getattr(tiled, name)
         monkeypatch.setattr(tiled, name, lambda *args, _r=real, _n=name, **kw: used.append(_n) or _r(*args, **kw))
 

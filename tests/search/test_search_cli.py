@@ -158,12 +158,7 @@ def test_errors_are_one_line_with_exit_codes(files, capsys):
     assert err.count("\n") == 1 and "--embeddings: no such file" in err
     assert main(["build", "--embeddings", str(d / "x.safetensors"), "--out", str(d / "i")]) == 1
     assert "choose one with its --key option" in capsys.readouterr().err
-    assert (
-        main(
-            ["build", "--embeddings", str(d / "x.npy"), "--labels", str(d / "ql.npy"), "--out", str(d / "i")]
-        )
-        == 1
-    )
+    assert main(["build", "--embeddings", str(d / "x.npy"), "--labels", str(d / "ql.npy"), "--out", str(d / "i")]) == 1
     assert "--labels: expected shape (300,)" in capsys.readouterr().err
     assert main(["query", "--index", str(d / "nope"), "--queries", str(d / "q.npy")]) == 1
     assert "no meta.json" in capsys.readouterr().err

@@ -77,9 +77,7 @@ def test_agrees_with_pytorch_metric_learning(self_included):
     depth = index.ntotal - (1 if self_included else 0)
     res = index.search(q, depth, exclude_ids=qids)
     # ("precision_at_1" too: PML 2.9 omits MRR from requires_knn, so MRR alone would not run the k-NN)
-    full = AccuracyCalculator(
-        include=("mean_reciprocal_rank", "precision_at_1"), k=None, device=torch.device("cpu")
-    )
+    full = AccuracyCalculator(include=("mean_reciprocal_rank", "precision_at_1"), k=None, device=torch.device("cpu"))
     pml_mrr = full.get_accuracy(q, ql, ref, rl, ref_includes_query=self_included)["mean_reciprocal_rank"]
     n_rel = np.array([(rl == v).sum() - (1 if self_included else 0) for v in ql])
     # PML averages the reciprocal ranks in float32

@@ -64,9 +64,7 @@ def test_log_prob_sums_to_one_and_matches_softmax():
     ref = torch.log_softmax(q.double() @ c.double().T / 0.2, dim=1)
     torch.testing.assert_close(lp, ref, rtol=1e-5, atol=1e-5)
     one = log_prob(q, c, torch.tensor([0, 5, 256, 3, 100, 7]), temperature=0.2, block_size=50)
-    torch.testing.assert_close(
-        one, ref[torch.arange(6), torch.tensor([0, 5, 256, 3, 100, 7])], rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(one, ref[torch.arange(6), torch.tensor([0, 5, 256, 3, 100, 7])], rtol=1e-5, atol=1e-5)
 
 
 def test_sampling_frequencies_match_probabilities():

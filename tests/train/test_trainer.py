@@ -157,3 +157,34 @@ def test_mixed_precision_runs_with_fp32_loss(precision: str) -> None:
     r = fit(make_model(), loss_fn, batch_at, cfg, on_step=probe)
     assert set(seen) == {torch.float32}
     assert all(torch.isfinite(torch.tensor(row["loss"])) for row in r.history)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def test_sigterm_saves_then_passes_on_to_previous_handler(tmp_path: Path) -> None:
+    def previous(signum, frame):
+        raise _Terminated
+
+    def terminate(model: torch.nn.Module, step: int, loss: torch.Tensor) -> None:
+        if step == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    old = signal.signal(signal.SIGTERM, previous)
+    try:
+        with pytest.raises(_Terminated):
+            fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, on_step=terminate)
+        assert signal.getsignal(signal.SIGTERM) is previous
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert latest_checkpoint(tmp_path)["step"] == 7
+
+
+def test_fresh_run_in_a_used_folder_drops_old_checkpoints(tmp_path: Path) -> None:
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path)
+    assert (tmp_path / "checkpoint.prev.pt").exists()
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=3), out_dir=tmp_path)
+    assert latest_checkpoint(tmp_path)["step"] == 3
+    assert not (tmp_path / "checkpoint.prev.pt").exists()
+    assert [r["step"] for r in _metrics(tmp_path)] == [2, 3]

@@ -63,3 +63,11 @@ def test_validate_results_names_the_broken_part(tmp_path: Path) -> None:
         experiments.validate_results({"tables": [{"title": "t", "columns": ["a", "b"], "rows": [[1]]}]}, tmp_path)
     with pytest.raises(TypeError, match="summary"):
         experiments.validate_results({"summary": 3}, tmp_path)
+
+
+def test_describe_reads_docstrings_without_importing(with_tiny: None) -> None:
+    import sys
+
+    sys.modules.pop("contrastlab.experiments.tiny_fit", None)
+    assert experiments.describe_experiments()["tiny-fit"].startswith("Tiny fit: a real")
+    assert "contrastlab.experiments.tiny_fit" not in sys.modules

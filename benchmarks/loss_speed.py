@@ -1,0 +1,129 @@
+"""Forward + backward time of in-batch InfoNCE against the matmul limit, for contrastlab and its peers.
+
+For each N the script times, in one process and interleaved (A B C … A B C …), the three GEMMs an
+exact forward + backward must do (the *matmul limit*) and one forward + backward of every
+implementation that fits at that size, and prints one markdown table: median time and its ratio to
+the limit. Sizes from 65,536 up run the tiled kernel only, once, without warm-up, in a child process
+that also reports its peak resident memory and times the limit (in row stripes).
+
+Usage:
+    python benchmarks/loss_speed.py                       # every size (the big ones take minutes)
+    python benchmarks/loss_speed.py --sizes 256 1024 4096 --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+
+SIZES = (256, 1024, 4096, 16384, 65536, 131072)
+D = 128
+# Repeats per size (medians of these); sizes >= 65,536 run once.
+REPEATS = {256: 30, 1024: 15, 4096: 7, 16384: 3}
+# From this N on only the tiled kernel runs, once, in a child process (which also reports its peak RSS).
+BIG = 65536
+
+
+def small_row(n: int, args: argparse.Namespace) -> list[str]:
+    """Time the limit and every implementation that fits, interleaved, in this process."""
+    a, p = C.make_inputs(n, args.dim)
+    lim_fn, scale = C.matmul_limit_fn(n, args.dim)
+    fns = {"limit": lim_fn}
+    impls = [i for i in args.impls if n <= C.MAX_N[i]]
+    slow = [i for i in impls if i in C.SLOW_IMPLS]  # seconds per step: timed apart, twice
+    for impl in impls:
+        if impl not in slow:
+            fns[impl] = C.make_step(impl, a, p, args.block)
+    repeats = args.repeats or REPEATS.get(n, 3)
+    times = C.interleaved_medians(fns, repeats, warmup=1)
+    for impl in slow:
+        times[impl] = C.interleaved_medians({impl: C.make_step(impl, a, p)}, 2, warmup=0)[impl]
+    limit = C.median(times["limit"]) * scale
+    row = [f"{n:,}", C.fmt_time(limit)]
+    for impl in args.impls:
+        t = C.median(times[impl]) if impl in times else None
+        row.append("—" if t is None else f"{C.fmt_time(t)} ({t / limit:.2f}×)")
+    noise = max(C.spread(v) for k, v in times.items() if k not in slow) if repeats > 1 else 0.0
+    row.append(f"±{noise / 2:.0%} ({repeats} runs)")
+    return row
+
+
+def big_row(here: str, n: int, args: argparse.Namespace) -> list[str]:
+    """The tiled kernel alone, once, in a child process that also reports its peak RSS and the limit."""
+    extra = ["--block", str(args.block)] if args.block else []
+    res = C.run_child([here, "--child", str(n), "--dim", str(args.dim), "--threads", str(args.threads), *extra])
+    row = [f"{n:,}", C.fmt_time(res.get("limit"))]
+    for impl in args.impls:
+        if impl != "contrastlab tiled":
+            row.append("—")
+        elif "error" in res:
+            row.append(res["error"])
+        else:
+            row.append(f"{C.fmt_time(res['seconds'])} ({res['seconds'] / res['limit']:.2f}×)")
+    row.append(f"single run; tiled peak RSS {C.fmt_bytes(res.get('peak'))}")
+    return row
+
+
+def child(n: int, d: int, block: int | None) -> None:
+    """One tiled forward + backward at size N (its time and peak RSS), then the matmul limit; JSON out."""
+    a, p = C.make_inputs(n, d)
+    step = C.make_step("contrastlab tiled", a, p, block)
+    seconds = C.time_once(step)
+    peak = C.peak_rss_bytes()  # before the limit's stripes are allocated
+    lim_fn, scale = C.matmul_limit_fn(n, d)
+    lim_fn()  # warm-up stripe
+    limit = C.median([C.time_once(lim_fn) for _ in range(3)]) * scale
+    print(json.dumps({"seconds": seconds, "peak": peak, "limit": limit}))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the speed benchmark and print its table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes N")
+    ap.add_argument("--dim", type=int, default=D, help="embedding dimension D")
+    ap.add_argument("--threads", type=int, default=C.DEFAULT_THREADS, help="torch intra-op threads")
+    ap.add_argument("--repeats", type=int, default=None, help="repeats per size (default: by size)")
+    ap.add_argument("--block", type=int, default=None, help="tile side of the tiled kernel (default: library's)")
+    ap.add_argument("--impls", nargs="+", default=list(C.IMPLS), choices=C.IMPLS, help="implementations")
+    ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    C.set_threads(args.threads)
+    if args.child:
+        child(args.child, args.dim, args.block)
+        return 0
+    print(f"machine: {C.machine()}")
+    print(f"command: python benchmarks/loss_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    cols = ["N", "matmul limit", *args.impls, "noise"]
+    rows = []
+    t_start = time.perf_counter()
+    here = str(Path(__file__).resolve())
+    for n in args.sizes:
+        if n >= BIG:
+            rows.append(big_row(here, n, args))
+        else:
+            rows.append(small_row(n, args))
+        print(f"  N = {n:,} done ({time.perf_counter() - t_start:.0f} s elapsed)", file=sys.stderr, flush=True)
+    C.print_table(
+        f"Forward + backward, in-batch InfoNCE, D = {args.dim}, {args.threads} threads: median time "
+        "(ratio to the matmul limit)",
+        cols,
+        rows,
+    )
+    print(
+        "\nmatmul limit: the three GEMMs of an exact forward + backward (S = QKᵀ, ∂Q = GK, ∂K = GᵀQ), "
+        "timed in this process (in 2,048-row stripes above 2^27 logits). noise: half the (max − min)/median "
+        "spread of the repeats, worst column. PML NTXentLoss solves SimCLR's 2N-view problem."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,67 @@
+"""`torchrun --nproc_per_node=2` (gloo, CPU) trains to the same model as one process on the same global batch."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+CONFIG = """
+data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}
+views: {kappa: 16.0}
+encoder: {hidden: [32, 32], out_dim: 4}
+loss: {name: LOSS, temperature: 0.1, symmetric: SYM}
+train:
+  steps: 25
+  log_every: 5
+  checkpoint_every: 0
+  progress: false
+  optim: {name: adam, lr: 0.003}
+eval: {n: 256}
+"""
+
+
+def _run(args: list[str], cwd: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("loss,sym", [("info_nce", "true"), pytest.param("nt_xent", "false", marks=pytest.mark.slow)])
+def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym):
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(CONFIG.replace("LOSS", loss).replace("SYM", sym))
+    _run([sys.executable, "-m", "contrastlab", "train", str(cfg), "--out", str(tmp_path / "one")], tmp_path)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "contrastlab",
+            "train",
+            str(cfg),
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        tmp_path,
+    )
+    one = [json.loads(x) for x in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    two = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in one] == [r["step"] for r in two]
+    for r1, r2 in zip(one, two, strict=True):
+        assert r2["loss"] == pytest.approx(r1["loss"], rel=1e-5), (r1, r2)
+    s1 = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
+    s2 = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
+    for k in s1:
+        torch.testing.assert_close(s2[k], s1[k], rtol=1e-4, atol=1e-5)
+    # rank 0 alone wrote the results
+    assert json.loads((tmp_path / "two" / "results.json").read_text())["metrics"]["train_loss"] == pytest.approx(
+        one[-1]["loss"], rel=1e-5
+    )
