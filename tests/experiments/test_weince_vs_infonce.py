@@ -48,7 +48,8 @@ def test_tiny_end_to_end(tmp_path):
         assert (tmp_path / fig["file"]).stat().st_size > 1000
     assert "WEINCE" in res["summary"] and "random encoder" in res["summary"]
     rows = [
-        json.loads(line) for line in (tmp_path / "train_digits_weince-code_seed0" / "metrics.jsonl").read_text().splitlines()
+        json.loads(line)
+        for line in (tmp_path / "train_digits_weince-code_seed0" / "metrics.jsonl").read_text().splitlines()
     ]
     assert "lambda_mean" in rows[-1] and 0.0 <= rows[-1]["lambda_mean"] <= 1.0
 
