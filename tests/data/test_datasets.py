@@ -192,8 +192,12 @@ def test_imagenet32_npz(tmp_path: Path) -> None:
     assert ds.images.shape == (20, 3, 32, 32) and ds.num_classes == 1000
     assert np.array_equal(ds.images.numpy(), np.concatenate(all_images))
     assert ds.labels.tolist() == all_labels
+    assert not dataset_available("imagenet32", tmp_path, "test")
     np.savez(val_dir / "val_data.npz", data=all_images[0].reshape(2, -1), labels=np.array([1, 1000]))
+    assert dataset_available("imagenet32", tmp_path, "test")
     assert load_dataset("imagenet32", tmp_path, "test").labels.tolist() == [0, 999]
+    assert dataset_available("imagenet32", val_dir, "val")  # batches unpacked without their folder
+    assert load_imagenet32(val_dir, "val").labels.tolist() == [0, 999]
 
 
 def test_tiny_imagenet_folders(tmp_path: Path) -> None:
@@ -231,18 +235,22 @@ def test_tiny_imagenet_folders(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", [n for n in DATASETS if n != "digits"])
 def test_missing_root_says_where_to_put_files(tmp_path: Path, name: str) -> None:
     missing = tmp_path / "nowhere"
+    split = DATASETS[name].splits[0]  # CIFAR-10H, say, has only a test split
     with pytest.raises(DatasetNotFoundError, match=f"root: {missing}"):
-        load_dataset(name, missing, "train")
+        load_dataset(name, missing, split)
     assert not dataset_available(name, missing)
     with pytest.raises(DatasetNotFoundError, match="never downloads") as info:
-        load_dataset(name, tmp_path, "train")  # the folder exists but is empty
-    first_expected = DATASETS[name].files["train"][0]
-    assert str(tmp_path / first_expected) in str(info.value)
+        load_dataset(name, tmp_path, split)  # the folder exists but is empty
+    # the message names the expected paths under the root (CIFAR-10H needs CIFAR-10's files first)
+    expected = [str(tmp_path / f) for f in DATASETS[name].files[split] if "*" not in f and "<" not in f]
+    assert any(path in str(info.value) for path in expected)
 
 
 def test_dataset_available_and_registry_errors(tmp_path: Path) -> None:
     _write_cifar10(tmp_path)
     assert dataset_available("cifar10", tmp_path, "train") and dataset_available("cifar10", tmp_path, "test")
+    assert dataset_available("cifar10", tmp_path / "cifar-10-batches-py")  # the extracted folder itself
+    assert not dataset_available("cifar100", tmp_path)
     assert dataset_available("digits")
     with pytest.raises(ValueError, match="^name"):
         load_dataset("mnist", tmp_path)
