@@ -159,13 +159,17 @@ def load_dataset(name: str, root: str | Path | None = None, split: str = "train"
     return spec.loader(path, split)
 
 
-def dataset_available(name: str, root: str | Path | None = None, split: str = "train") -> bool:
+def dataset_available(name: str, root: str | Path | None = None, split: str | None = None) -> bool:
     """Whether ``load_dataset(name, root, split)`` would find its files (checks existence, reads nothing).
+
+    ``split=None`` checks the dataset's first split ("train", or "test" for CIFAR-10H).
 
     Raises:
         ValueError: an unknown ``name`` or ``split``.
     """
-    spec = _spec(name, split)
+    if split is None and name in DATASETS:
+        split = DATASETS[name].splits[0]
+    spec = _spec(name, split if split is not None else "train")
     if name == "digits":
         return True
     base = default_data_root() if root is None else Path(root).expanduser()

@@ -16,12 +16,14 @@ domain that a softmax implicitly assumes. Two checks, on embeddings of shape ``(
   :func:`contrastlab.losses.weince.anchor_tail_stats`: ΔAIC_i > 0 favours the Weibull fit.
 
 Negatives are every other sample (``labels=None``) or every sample of another class. The figure is a
-GPD QQ plot of the exceedances, their histogram with the fitted densities, and the ΔAIC histogram.
+GPD QQ plot of the exceedances, their histogram with the fitted densities, and the ΔAIC histogram
+(one row per encoder when several are compared).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -268,13 +270,15 @@ def tail_diagnostics(
     )
 
 
-def plot_tail_diagnostics(report: TailReport, path: str | Path, *, title: str = "") -> Path:
-    """Three panels: GPD QQ plot, exceedance histogram with fitted densities, per-anchor ΔAIC histogram.
+def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: str | Path, *, title: str = "") -> Path:
+    """Plot the tail diagnostics: one row of three panels per report.
+
+    The panels: GPD QQ plot, exceedance histogram with the fitted densities, histogram of per-anchor ΔAIC.
 
     Args:
-        report: from :func:`tail_diagnostics`.
-        path: the PNG to write (atomically, dpi 110).
-        title: a prefix for the figure title.
+        report: from :func:`tail_diagnostics`, or several by name (one row each, e.g. one per loss).
+        path: the PNG to write (atomically, dpi 100).
+        title: the figure title.
 
     Returns:
         ``path`` as a ``Path``.
@@ -284,39 +288,46 @@ def plot_tail_diagnostics(report: TailReport, path: str | Path, *, title: str = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fit = report.pot
-    q_gpd, q_exp, emp = qq_points(fit, report.exceedances)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    ax = axes[0]
-    ax.scatter(q_gpd, emp, s=6, label=f"GPD ξ̂={fit.xi:.3f}")
-    ax.scatter(q_exp, emp, s=6, alpha=0.5, label="exponential (ξ=0)")
-    lim = max(float(emp.max()), float(q_gpd.max()))
-    ax.plot([0, lim], [0, lim], "k--", lw=0.8)
-    ax.set(xlabel="fitted quantile", ylabel="empirical exceedance s − u", title="QQ plot of exceedances")
-    ax.legend(fontsize=8)
+    reports = {"": report} if isinstance(report, TailReport) else dict(report)
+    if not reports:
+        raise ValueError("report must be a TailReport or a non-empty mapping of them")
+    fig, axes = plt.subplots(len(reports), 3, figsize=(13, 3.6 * len(reports)), squeeze=False)
+    for row, (name, rep) in zip(axes, reports.items(), strict=True):
+        fit = rep.pot
+        q_gpd, q_exp, emp = qq_points(fit, rep.exceedances)
+        label = f"{name}: " if name else ""
+        ax = row[0]
+        ax.scatter(q_gpd, emp, s=5, label=f"GPD, xi = {fit.xi:.3f}")
+        ax.scatter(q_exp, emp, s=5, alpha=0.5, label="exponential (xi = 0)")
+        lim = max(float(emp.max()), float(q_gpd.max()))
+        ax.plot([0, lim], [0, lim], "k--", lw=0.8)
+        ax.set(xlabel="fitted quantile", ylabel="exceedance s - u", title=f"{label}QQ plot of exceedances")
+        ax.legend(fontsize=8)
 
-    ax = axes[1]
-    ax.hist(report.exceedances, bins=40, density=True, alpha=0.6, color="C7")
-    grid = np.linspace(0, float(emp.max()) * 1.05, 200)
-    ax.plot(grid, sps.genpareto.pdf(grid, fit.xi, scale=fit.sigma), label="GPD")
-    ax.plot(grid, sps.expon.pdf(grid, scale=fit.sigma_exponential), label="exponential")
-    if math.isfinite(fit.endpoint):
-        ax.axvline(fit.endpoint - fit.threshold, color="C3", ls=":", label=f"endpoint s={fit.endpoint:.3f}")
-    ax.set(xlabel=f"s − u  (u = {fit.threshold:.3f})", title=f"{fit.n_exceed} exceedances, ΔAIC={fit.delta_aic:.1f}")
-    ax.legend(fontsize=8)
+        ax = row[1]
+        ax.hist(rep.exceedances, bins=40, density=True, alpha=0.6, color="C7")
+        grid = np.linspace(0, float(emp.max()) * 1.05, 200)
+        ax.plot(grid, sps.genpareto.pdf(grid, fit.xi, scale=fit.sigma), label="GPD")
+        ax.plot(grid, sps.expon.pdf(grid, scale=fit.sigma_exponential), label="exponential")
+        if math.isfinite(fit.endpoint):
+            ax.axvline(fit.endpoint - fit.threshold, color="C3", ls=":", label=f"endpoint s = {fit.endpoint:.3f}")
+        ax.set(
+            xlabel=f"s - u  (u = {fit.threshold:.3f})", title=f"{fit.n_exceed} exceedances, dAIC = {fit.delta_aic:.1f}"
+        )
+        ax.legend(fontsize=8)
 
-    ax = axes[2]
-    d_aic = report.anchors.delta_aic.numpy()
-    ax.hist(np.clip(d_aic, -60, 60), bins=40, color="C2")
-    ax.axvline(0, color="k", lw=0.8)
-    ax.set(
-        xlabel="ΔAIC_i = AIC_Gumbel − AIC_Weibull (clipped ±60)",
-        title=f"{100 * report.frac_weibull:.0f}% of anchors favour Weibull",
+        ax = row[2]
+        ax.hist(np.clip(rep.anchors.delta_aic.numpy(), -60, 60), bins=40, color="C2")
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set(xlabel="AIC_Gumbel - AIC_Weibull per anchor (clipped at ±60)",
+               title=f"{100 * rep.frac_weibull:.0f}% of anchors favour Weibull (isotropic xi = {rep.xi_isotropic:.3f})")  # fmt: skip
+    if title:
+        fig.suptitle(title)
+    fig.subplots_adjust(
+        left=0.06, right=0.98, bottom=0.12 / len(reports), top=1 - 0.1 / len(reports), wspace=0.28, hspace=0.45
     )
-    fig.suptitle(f"{title} negative-similarity tail (isotropic ξ = {report.xi_isotropic:.3f})".strip())
-    fig.tight_layout()
     out = Path(path)
     with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
     return out

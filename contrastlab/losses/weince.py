@@ -234,29 +234,31 @@ def rowwise_ols(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @torch.no_grad()
-def _top_values(x: Tensor, k: int, exclude: Tensor | None = None) -> Tensor:
+def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = ()) -> Tensor:
     """The k largest entries of each row of ``x``, sorted descending, without gradient.
 
-    ``exclude`` (one column per row, the row's positive) is left out. On the CPU the selection is
-    ``numpy.partition`` (introselect), ~6× faster than ``torch.topk`` at (512, 512); elsewhere it is
-    ``torch.topk``.
+    ``exclude`` holds column indices, one per row each (the row itself, its positive), left out. On the
+    CPU the selection is ``numpy.partition`` (introselect), ~6× faster than ``torch.topk`` at (512, 512);
+    elsewhere it is ``torch.topk``.
 
     Shape:
-        x: ``(R, C)``; exclude: ``(R,)``; returns ``(R, k)``.
+        x: ``(R, C)``; each of exclude: ``(R,)``; returns ``(R, k)``.
     """
     x = x.detach()
     r, c = x.shape
     if x.device.type == "cpu":
         xn = x.numpy()
-        if exclude is not None:
+        if exclude:
             xn = xn.copy()
-            xn[np.arange(r), exclude.numpy()] = -np.inf
+            for cols in exclude:
+                xn[np.arange(r), cols.numpy()] = -np.inf
         part = np.partition(xn, c - k, axis=1)[:, c - k :]
         part.sort(axis=1)
         return torch.from_numpy(np.ascontiguousarray(part[:, ::-1]))
-    if exclude is not None:
+    if exclude:
         x = x.clone()
-        x[torch.arange(r, device=x.device), exclude] = float("-inf")
+        for cols in exclude:
+            x[torch.arange(r, device=x.device), cols] = float("-inf")
     return torch.topk(x, k=k, dim=1, largest=True, sorted=True).values
 
 
@@ -531,6 +533,43 @@ class _MixedCrossEntropy(torch.autograd.Function):
         return g.mul_(d_pl), None, None, None, None, None, None
 
 
+class _WeinceSimCLR(torch.autograd.Function):
+    """WEINCE over SimCLR's 2N views from the normalised views ``k`` and their cosines, fused.
+
+    Per row i: ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with a_i = (1 − λ_i)/τ, b_i = λ_i β_i (stop-gradient
+    constants, both ≥ 0, so ℓ is increasing in s and the row maximum is ℓ at the row's largest cosine: the
+    shift needs no pass over the matrix). The forward keeps E = exp(ℓ − c) (0 on the diagonal), the row
+    sums and dℓ/ds = a + b/(1 − s) (0-slope where s is clamped at 1 − eps); the backward is one product
+    G = (softmax − one-hot)·dℓ/ds and two GEMMs, ∂k = G k + Gᵀ k (s = k kᵀ). Not twice differentiable.
+    """
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, k: Tensor, cos: Tensor, pos_index: Tensor, a: Tensor, b: Tensor, s_max: Tensor, eps: float
+    ) -> Tensor:
+        u_min = 1.0 - torch.tensor(1.0 - eps, dtype=cos.dtype).item()  # 1 − (1 − eps) as rounded in dtype
+        u = torch.rsub(cos, 1.0).clamp_(u_min, 2.0)  # 1 − s, s clamped to [−1, 1 − eps]
+        e = torch.log(u).mul_(-b).addcmul_(cos, a)  # ℓ, (R, R)
+        c = a * s_max - b * torch.log(torch.rsub(s_max, 1.0).clamp_(u_min, 2.0))  # row maxima, (R, 1)
+        pos_logit = e.gather(1, pos_index.unsqueeze(1))  # (R, 1)
+        e.sub_(c).exp_().fill_diagonal_(0.0)  # a view is never its own candidate
+        row_sum = e.sum(dim=1, keepdim=True)
+        loss = (c + row_sum.log() - pos_logit).squeeze(1)
+        torch.threshold_(u, u_min, float("inf"))  # clamped entries: 1/(1 − s) := 0
+        d = torch.addcdiv(a, b, u)  # dℓ/ds, (R, R)
+        ctx.save_for_backward(k, e, row_sum, d, pos_index)
+        return loss
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        k, e, row_sum, d, pos_index = ctx.saved_tensors
+        g = e * (grad.unsqueeze(1) / row_sum)  # grad_i · softmax_i
+        g.scatter_add_(1, pos_index.unsqueeze(1), -grad.unsqueeze(1))  # − grad_i · one-hot(positive)
+        g.mul_(d)  # ∂loss/∂s
+        dk = torch.mm(g, k).addmm_(g.T, k)  # s = k kᵀ
+        return dk, None, None, None, None, None, None
+
+
 def weince(
     z_a: Tensor,
     z_b: Tensor,
@@ -627,11 +666,18 @@ def weince(
     with torch.autocast(device_type=device.type, enabled=False):
         inv_t = resolve_inverse_temperature(temperature, dtype, device)
         a, b = z_a.to(dtype), z_b.to(dtype)
+        fast = negatives is None and isinstance(inv_t, float) and aux_top_m == 0
         if negatives is None:
-            # SimCLR's 2N views: the NT-Xent logits s/τ (bit-identical to nt_xent's), −inf on the diagonal;
-            # row i's positive is column pos_index[i], its K = 2N − 2 negatives the other finite columns.
-            logits_pl, pos_index = nt_xent_logits(a, b, inv_t)  # (2N, 2N), (2N,)
-            k_neg = logits_pl.shape[0] - 2
+            # SimCLR's 2N views; row i's positive is column pos_index[i], its K = 2N − 2 negatives the others.
+            n = a.shape[0]
+            rows = torch.arange(2 * n, device=device)
+            pos_index = torch.cat([rows[n:], rows[:n]])
+            views = l2_normalize(torch.cat([a, b], dim=0))  # (2N, D), with gradient
+            with torch.no_grad():
+                cos = views.detach() @ views.detach().T  # (2N, 2N) cosines
+            k_neg = 2 * n - 2
+            if not fast:  # the NT-Xent logits s/τ with their autograd graph, −inf on the diagonal
+                logits_pl, _ = nt_xent_logits(a, b, inv_t)
         else:
             a, b = l2_normalize(a), l2_normalize(b)
             nv = l2_normalize(negatives.to(dtype))
@@ -646,7 +692,7 @@ def weince(
         # §2.3 statistics on the k_tail hardest negatives; s/τ is increasing in s, so select on the logits.
         k_tail = tail_size(k_neg, tail_frac, min_tail)
         if negatives is None:
-            top = _top_values(logits_pl, k_tail, exclude=pos_index) * tau_det
+            top = _top_values(cos, k_tail, exclude=(rows, pos_index))
         else:
             top = _top_values(neg_pl, k_tail) * tau_det
         tail = _anchor_tail_stats(top, q=q, kappa_rho=kappa_rho, kappa_aic=kappa_aic, margin=margin, eps=eps)
@@ -658,7 +704,11 @@ def weince(
         neg_only: Tensor | None = None
         if need_global:
             with torch.no_grad():  # the negatives alone, −inf elsewhere
-                neg_only = logits_pl.detach() * tau_det
+                if negatives is None:
+                    neg_only = cos.clone()
+                    neg_only[rows, rows] = float("-inf")
+                else:
+                    neg_only = logits_pl.detach() * tau_det
                 neg_only[torch.arange(neg_only.shape[0], device=device), pos_index] = float("-inf")
             estimate = global_tail_beta(
                 neg_only, tail_frac=global_beta.tail_frac, min_tail=global_beta.min_tail, eps=eps
@@ -678,6 +728,10 @@ def weince(
                 loss = nt_xent(z_a, z_b, temperature=temperature, reduction="none")
             else:
                 loss = info_nce(z_a, z_b, negatives, temperature=temperature, reduction="none")
+        elif fast:
+            assert isinstance(inv_t, float)
+            s_max = torch.maximum(top[:, 0].to(dtype), cos[rows, pos_index]).unsqueeze(1)  # (2N, 1)
+            loss = _WeinceSimCLR.apply(views, cos, pos_index, (1.0 - lam_c) * inv_t, lam_beta, s_max, eps)
         elif isinstance(inv_t, float):
             loss = _MixedCrossEntropy.apply(
                 logits_pl, pos_index, 1.0 - lam_c, lam_beta, tau_det, eps, negatives is None

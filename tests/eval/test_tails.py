@@ -85,7 +85,8 @@ def test_qq_points_and_figure(tmp_path):
     assert np.all(np.diff(emp) >= 0) and np.all(np.diff(q_gpd) > 0)
     assert np.corrcoef(q_gpd, emp)[0, 1] > 0.99
     z = torch.randn(300, 8, generator=torch.Generator().manual_seed(4))
-    out = plot_tail_diagnostics(tail_diagnostics(z, threshold_quantile=0.98), tmp_path / "tails.png", title="iso")
+    rep = tail_diagnostics(z, threshold_quantile=0.98)
+    out = plot_tail_diagnostics({"a": rep, "b": rep}, tmp_path / "tails.png", title="iso")
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
