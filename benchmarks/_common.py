@@ -113,7 +113,19 @@ def matmul_limit_fn(n: int, d: int, m: int | None = None, *, seed: int = 0) -> t
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far, in bytes (Linux reports ``ru_maxrss`` in KiB)."""
+    """Peak resident set size of this process so far, in bytes.
+
+    On Linux this is ``VmHWM`` from ``/proc/self/status``, the high-water mark of this process's own
+    address space. ``ru_maxrss`` is not used there: a child started by ``subprocess`` (vfork + exec)
+    inherits its parent's high-water mark into ``ru_maxrss``, so a child of a big parent would report
+    the parent's peak. Elsewhere ``ru_maxrss`` (bytes on macOS) is the fallback.
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss) * (1 if sys.platform == "darwin" else 1024)
 

@@ -38,6 +38,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    # mkstemp creates the file 0600; results and reports are meant to be read by others (0644)
+    os.fchmod(fd, 0o644)
     os.close(fd)
     tmp_path = Path(tmp)
     try:

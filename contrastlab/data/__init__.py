@@ -18,7 +18,9 @@ from contrastlab.data.augment import (
     simclr_all,
 )
 from contrastlab.data.base import DatasetNotFoundError, ImageDataset, to_float_images
+from contrastlab.data.blend import BlendedImages, binary_entropy, blend_images
 from contrastlab.data.cifar import load_cifar10, load_cifar100
+from contrastlab.data.cifar10h import HumanLabels, label_entropy, load_cifar10h
 from contrastlab.data.digits import load_digits
 from contrastlab.data.imagenet32 import load_imagenet32
 from contrastlab.data.registry import (
@@ -65,4 +67,10 @@ __all__ = [
     "augmentation_regime",
     "REGIMES",
     "TwoViewBatches",
+    "HumanLabels",
+    "load_cifar10h",
+    "label_entropy",
+    "BlendedImages",
+    "blend_images",
+    "binary_entropy",
 ]

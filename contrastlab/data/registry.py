@@ -13,6 +13,7 @@ from pathlib import Path
 
 from contrastlab.data.base import DatasetNotFoundError, ImageDataset
 from contrastlab.data.cifar import CIFAR10_FILES, CIFAR100_FILES, CIFAR_SOURCE, load_cifar10, load_cifar100
+from contrastlab.data.cifar10h import CIFAR10H_COUNTS, CIFAR10H_SOURCE, load_cifar10h_images
 from contrastlab.data.digits import load_digits
 from contrastlab.data.imagenet32 import IMAGENET32_FILES, IMAGENET32_SOURCE, load_imagenet32
 from contrastlab.data.stl10 import STL10_FILES, STL10_SOURCE, load_stl10
@@ -73,6 +74,15 @@ DATASETS: dict[str, DatasetSpec] = {
             _with_meta(CIFAR100_FILES),
             CIFAR_SOURCE,
             100,
+            (3, 32, 32),
+        ),
+        DatasetSpec(
+            "cifar10h",
+            load_cifar10h_images,
+            ("test",),
+            {"test": (CIFAR10H_COUNTS, *CIFAR10_FILES["test"], *CIFAR10_FILES["meta"])},
+            CIFAR10H_SOURCE,
+            10,
             (3, 32, 32),
         ),
         DatasetSpec("stl10", load_stl10, ("train", "test", "unlabeled"), STL10_FILES, STL10_SOURCE, 10, (3, 96, 96)),
@@ -146,13 +156,17 @@ def load_dataset(name: str, root: str | Path | None = None, split: str = "train"
     return spec.loader(path, split)
 
 
-def dataset_available(name: str, root: str | Path | None = None, split: str = "train") -> bool:
+def dataset_available(name: str, root: str | Path | None = None, split: str | None = None) -> bool:
     """Whether ``load_dataset(name, root, split)`` would find its files (checks existence, reads nothing).
+
+    ``split=None`` checks the dataset's first split ("train", or "test" for CIFAR-10H).
 
     Raises:
         ValueError: an unknown ``name`` or ``split``.
     """
-    spec = _spec(name, split)
+    if split is None and name in DATASETS:
+        split = DATASETS[name].splits[0]
+    spec = _spec(name, split if split is not None else "train")
     if name == "digits":
         return True
     base = default_data_root() if root is None else Path(root).expanduser()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, cast
 
 from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, plot_lines, train_latent
 
@@ -69,10 +70,10 @@ def run(config: Config, out_dir: Path) -> dict:
                 train_latent(
                     LatentRun(
                         generator="identity",
-                        encoder=e,
+                        encoder=cast(Literal["mlp", "inverse"], e),
                         d=3,
                         d_fixed=config.d_fixed,
-                        rho=rho,  # type: ignore[arg-type]
+                        rho=rho,
                         n_negatives=config.n_negatives,
                         batch_size=config.batch_size,
                         steps=config.steps,

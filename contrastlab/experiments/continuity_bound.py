@@ -84,10 +84,9 @@ def _pair(cfg: Config, world: SphereWorld, i: int, gen: torch.Generator) -> tupl
         # φ' = normalise(φ + ε ∇ℓ) at every sampled point: each point belongs to one tuple only, so φ' is a
         # well-defined map on the sample, and the loss moves as fast as it can for the size of the move.
         leaves = [x.clone().requires_grad_(True) for x in phi]
-        tuple_loss(*leaves, temperature=cfg.temperature, normalize=False).sum().backward()
+        grads = torch.autograd.grad(tuple_loss(*leaves, temperature=cfg.temperature, normalize=False).sum(), leaves)
         moved = []
-        for x, leaf in zip(phi, leaves, strict=True):
-            gr = leaf.grad
+        for x, gr in zip(phi, grads, strict=True):
             scale = gr.norm(dim=-1, keepdim=True).amax().clamp_min(1e-300)
             moved.append(torch.nn.functional.normalize(x + eps * gr / scale, dim=-1))
         return phi, (moved[0], moved[1], moved[2]), "gradient"

@@ -72,7 +72,7 @@ class Config:
     """base seed (world, mixing, tuples, initialisations)"""
 
 
-QUICK = Config(n=256, ks=(1, 4, 16, 64), seeds=3, steps=150, batch=64, n_eval=16384)
+QUICK = Config(n=256, ks=(1, 4, 16, 64), seeds=3, steps=120, batch=32, n_eval=8192)
 
 
 def train_on_tuples(

@@ -200,18 +200,18 @@ class EmbeddingIndex:
         if self.kind == "flat":
             return faiss.IndexFlatIP(self.dim)
         if self.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, mt)
-            index.hnsw.efConstruction = self.ef_construction
-            index.hnsw.efSearch = self._ef_search
-            return index
+            hnsw = faiss.IndexHNSWFlat(self.dim, self.hnsw_m, mt)
+            hnsw.hnsw.efConstruction = self.ef_construction
+            hnsw.hnsw.efSearch = self._ef_search
+            return hnsw
         if self.nlist is None:
             self.nlist = int(min(max(1, round(4 * math.sqrt(n_train))), max(1, n_train // 39)))
         if n_train < self.nlist:
             raise ValueError(f"embeddings: IVF with nlist = {self.nlist} needs at least {self.nlist} vectors to train")
         quantizer = faiss.IndexFlatIP(self.dim)
-        index = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, mt)
-        index.nprobe = self._nprobe  # faiss's Python wrapper keeps `quantizer` alive with `index`
-        return index
+        ivf = faiss.IndexIVFFlat(quantizer, self.dim, self.nlist, mt)
+        ivf.nprobe = self._nprobe  # faiss's Python wrapper keeps `quantizer` alive with `ivf`
+        return ivf
 
     @property
     def ntotal(self) -> int:

@@ -152,7 +152,9 @@ def check_theorem_4_5(
     if isinstance(n_chunks, bool) or not isinstance(n_chunks, int) or n_chunks < 2:
         raise ValueError(f"n_chunks must be an int >= 2, got {n_chunks!r}")
     lam_t = tuple(check_positive_float("lams", float(x)) for x in lams)
-    ident, per_lam, c_chunks = [], [[] for _ in lam_t], []
+    ident: list[Tensor] = []
+    c_chunks: list[Tensor] = []
+    per_lam: list[list[Tensor]] = [[] for _ in lam_t]
     for chunk in range(n_chunks):
         g = torch.Generator().manual_seed(seed * 1_000_003 + chunk)
         z, zp = sample_pairs(n_anchors, d, k, d_fixed, concentration=concentration, generator=g, dtype=torch.float64)

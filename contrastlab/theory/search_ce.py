@@ -255,6 +255,22 @@ def _reference_terms(s_ref: Tensor, log_ratio: Tensor) -> tuple[Tensor, Tensor]:
     return log_z, align
 
 
+def _importance_weight(world: SphereWorld, n_positives: int, m_ref: int) -> float:
+    """Weight of the importance-sampling estimate of E_M⟨φ(z), φ(z')⟩ against the mean over vMF positives.
+
+    Both are unbiased, so any fixed weight keeps the combination unbiased; the weight is the inverse-variance
+    one for φ* (latent cosines): Var_IS ≈ E[(dM/dπ)²]/m_ref, Var_MC = Var_M⟨ζ, ζ'⟩/P with
+    E_M⟨ζ, ζ'⟩² = 1 − (d−1) A_d(κ)/κ. The importance-sampling estimate wins for diffuse positives (small κ),
+    the vMF positives for concentrated ones.
+    """
+    d, kappa = world.d, float(world.kappa)
+    a = world.mean_resultant_length()
+    second = 1.0 / d if kappa == 0 else 1.0 - (d - 1) * a / kappa
+    v_mc = max(second - a * a, 1e-12) / n_positives
+    v_is = world.ratio_second_moment() / m_ref
+    return (1.0 / v_is) / (1.0 / v_is + 1.0 / v_mc)
+
+
 def k_gap_estimates(
     encoder: Encoder,
     world: SphereWorld,
@@ -276,7 +292,8 @@ def k_gap_estimates(
     k negatives of every anchor's tuple *and* as the corpus ξ_1..ξ_k of the idealised search (m = k),
     and a fresh reference sample of ``m_ref`` points ~ π. The reference gives log Z_τ^φ(z) (with a
     delta-method bias correction, residual O(1/m_ref²)) and an unbiased importance-sampling estimate
-    of E_M⟨φ(z), φ(z')⟩ = E_π[dM/dπ · ⟨φ(z), φ(z')⟩] (the ratio is known exactly, constant included).
+    of E_M⟨φ(z), φ(z')⟩ = E_π[dM/dπ · ⟨φ(z), φ(z')⟩] (the ratio is known exactly, constant included),
+    averaged with the mean over the vMF positives with fixed inverse-variance weights (for φ*).
     Every per-anchor value is an unbiased draw of its target and the groups are i.i.d., so standard
     errors over group means are honest (the reference is inside the group).
 
@@ -323,6 +340,7 @@ def k_gap_estimates(
         "search_minus_pop",
     )
     acc: dict[int, dict[str, list[Tensor]]] = {k: {nm: [] for nm in names} for k in ks}
+    w_is = _importance_weight(world, n_positives, m_ref)
     for start in range(0, n_groups, block_groups):
         b, g, p = min(block_groups, n_groups - start), group_size, n_positives
         za = world.sample_latents(b * g, generator=generator)  # (b·G, d)
@@ -339,7 +357,8 @@ def k_gap_estimates(
         log_w = kappa * torch.einsum("bgd,bkd->bgk", za, zn)  # (b, G, k_max): log dM/dπ up to a constant
         s_ref = torch.einsum("bgd,bmd->bgm", phi_a, phi_r) / tau  # (b, G, m_ref)
         log_ratio = torch.stack([world.log_density_ratio(za[i], zr[i]) for i in range(b)])  # (b, G, m_ref)
-        log_z, align = _reference_terms(s_ref, log_ratio)  # (b, G) each; align ≈ E_M ⟨φ(z), φ(z')⟩/τ
+        log_z, align_is = _reference_terms(s_ref, log_ratio)  # (b, G) each; align_is ≈ E_M ⟨φ(z), φ(z')⟩/τ
+        align = w_is * align_is + (1.0 - w_is) * s_pos.mean(-1)  # two unbiased estimates, fixed weights
         pop = -align + log_z
         for k in ks:
             sk = s_neg[..., :k]

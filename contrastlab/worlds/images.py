@@ -58,6 +58,9 @@ class ImageWorld(nn.Module):
         torch.Size([2, 3, 16, 16])
     """
 
+    grid_x: Tensor
+    grid_y: Tensor
+
     def __init__(self, latent_dim: int, *, size: int = 16, sharpness: float = 12.0) -> None:
         super().__init__()
         for name, v, lo in (("latent_dim", latent_dim, 2), ("size", size, 4)):

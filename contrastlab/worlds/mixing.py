@@ -169,6 +169,10 @@ class LinearMixing(Mixing):
         pinv: A⁺ = V diag(1/s) Uᵀ, float64 buffer of shape ``(d, out_dim)``.
     """
 
+    matrix: Tensor
+    pinv: Tensor
+    singular_values: Tensor
+
     def __init__(
         self,
         latent_dim: int,
@@ -467,9 +471,9 @@ class InverseSpiralEncoder(nn.Module):
         self.control = nn.Linear(dim, 1)
         self.out = nn.Linear(dim, dim)
         with torch.no_grad():
-            # Start the read-out near the generator's control coordinate (e₃ plus noise of scale 0.1/√d): it
-            # also sits in the output, where its sign is free, and from a random start about half the
-            # seeds settle at c ≈ −z₃, which doubles the twist instead of undoing it.
+            # Start the read-out near the generator's control coordinate (e₃ plus noise of scale 0.1/√d).
+            # From a random start 3 of 4 seeds stalled at R² ≈ 0.32; our reading is that the read-out,
+            # whose sign is free in the output, settles at c ≈ −z₃ and so doubles the twist.
             self.control.weight.mul_(0.1 / self.control.weight.std().clamp_min(1e-12) / math.sqrt(dim))
             self.control.weight[0, 2] += 1.0
             self.control.bias.zero_()
@@ -499,6 +503,8 @@ class SoftInversePatchesEncoder(nn.Module):
     Shape:
         ``(N, dim) -> (N, dim)``.
     """
+
+    angles: Tensor
 
     def __init__(self, dim: int, *, n_slices: int = 4, beta: float = 50.0) -> None:
         super().__init__()
@@ -548,6 +554,7 @@ class InverseLeakyMLPEncoder(nn.Module):
         self.inv_slope = 1.0 / float(slope)
         self.layers = nn.ModuleList(nn.Linear(dim, dim) for _ in range(n_layers))
         for layer in self.layers:
+            assert isinstance(layer, nn.Linear)
             nn.init.orthogonal_(layer.weight)
             nn.init.zeros_(layer.bias)
 

@@ -262,9 +262,7 @@ def log_vmf_density_ratio(zeta: Tensor, zeta_prime: Tensor, kappa: float, *, pai
     if not isinstance(zeta, Tensor) or zeta.ndim != 2:
         raise ValueError(f"zeta must be a tensor of shape (Q, d), got {getattr(zeta, 'shape', type(zeta))}")
     if not isinstance(zeta_prime, Tensor) or zeta_prime.ndim != 2 or zeta_prime.shape[1] != zeta.shape[1]:
-        raise ValueError(
-            f"zeta_prime must have shape (M, {zeta.shape[1]}), got {getattr(zeta_prime, 'shape', None)}"
-        )
+        raise ValueError(f"zeta_prime must have shape (M, {zeta.shape[1]}), got {getattr(zeta_prime, 'shape', None)}")
     d = zeta.shape[1]
     k = float(_check_kappa(kappa))
     const = log_sphere_area(d) + float(log_vmf_normalizer(d, k))

@@ -225,6 +225,24 @@ def test_gradcheck_tiled_per_anchor():
     assert torch.autograd.gradcheck(lambda q, n: _TiledPerAnchorLSE.apply(q, n, 2), (q, negs))
 
 
+def test_normalize_scale_matches_autograd_and_gradchecks():
+    g = torch.Generator().manual_seed(16)
+    x = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    s = torch.tensor(3.0, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(tiled.normalize_scale, (x, s))
+    x = x.detach().clone()
+    x[2] = 0.0  # not differentiable there: the convention is zero stays zero with gradient s·g (l2_normalize's)
+    x.requires_grad_()
+    from contrastlab.losses._common import l2_normalize
+
+    up = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    ours = torch.autograd.grad((tiled.normalize_scale(x, s) * up).sum(), (x, s))
+    ref = torch.autograd.grad((l2_normalize(x) * s * up).sum(), (x, s))
+    for u, v in zip(ours, ref, strict=True):
+        torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ours[0][2], 3.0 * up[2])
+
+
 @pytest.mark.parametrize(("kind", "variant", "symmetric"), MODES)
 def test_gradcheck_through_loss_with_learnable_temperature(kind, variant, symmetric):
     a, p, negs = _data(kind, 4, 3, 3, dtype=torch.float64, seed=14)

@@ -139,3 +139,20 @@ def test_embed_normalises_and_checks() -> None:
         embed(lambda x: torch.zeros_like(x), torch.ones(2, 2))
     with pytest.raises(ValueError, match="ks"):
         k_gap_estimates(lambda x: x, SphereWorld(), [0], temperature=1.0, generator=torch.Generator())
+
+
+def test_k_gap_pop_ce_concentrated_positives() -> None:
+    # κ = 20, τ = 0.05, d = 5: E[(dM/dπ)²] = 72, where the vMF positives carry most of the weight.
+    world = SphereWorld(d=5, kappa=20.0, seed=5)
+    est = k_gap_estimates(
+        world.ground_truth_encoder(),
+        world,
+        [8],
+        temperature=0.05,
+        n_groups=24,
+        group_size=32,
+        m_ref=2048,
+        generator=world.generator(0),
+    )[8]["pop_ce"]
+    assert abs(est.mean - ground_truth_population_ce(5, 20.0, 0.05)) < 4 * est.se + 1e-3
+    assert est.se < 0.03
