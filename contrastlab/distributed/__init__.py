@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from contrastlab._checks import check_choice, check_embeddings, check_labels, compute_dtype
+from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
@@ -232,6 +233,7 @@ def info_nce_gathered(
     symmetric: bool = False,
     normalize: bool = True,
     reduction: str = "mean",
+    chunk_size: int | None = None,
 ) -> Tensor:
     """:func:`contrastlab.losses.info_nce` over the global batch, computed from this rank's rows.
 
@@ -241,11 +243,18 @@ def info_nce_gathered(
     concatenation). Per-anchor negatives ``(n, K, D)`` involve no other rank. See the module docstring
     for the gradient convention. Arguments and shapes as in ``info_nce``; ``reduction="none"`` gives
     this rank's per-anchor losses, equal to the single-process values of these rows.
+
+    ``chunk_size`` as in ``info_nce``: ``None`` keeps the local (n × N) logits dense while they and their
+    gradient fit in :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; an int (or a larger
+    problem) runs the tiled kernel on the local rows against the gathered candidates, the positive
+    (or, for DCL, the excluded) column of local anchor i being ``offset + i`` — memory per rank
+    O((n + N)·D + chunk_size²).
     """
     from contrastlab.losses.info_nce import _validate, info_nce
 
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)
+    chunk_size = tiled.check_chunk_size(chunk_size)
     if world_size() == 1 or (negatives is not None and negatives.ndim == 3):
         per = info_nce(
             anchor,
@@ -256,6 +265,7 @@ def info_nce_gathered(
             symmetric=symmetric,
             normalize=normalize,
             reduction="none",
+            chunk_size=chunk_size,
         )
         return _share(per, _count(anchor.shape[0], anchor.device), reduction)
 
@@ -267,8 +277,21 @@ def info_nce_gathered(
     n = a.shape[0]
     a_s = a * inv_t
     pos = (a_s * p).sum(dim=1)  # (n,)
+    itemsize = torch.finfo(dtype).bits // 8
     if negatives is None:
         p_all, offset = gather_with_grad(p)  # (N, D)
+        block = tiled.plan_chunk_size(n, p_all.shape[0], itemsize, chunk_size)
+    if negatives is None and block is not None:
+        # Tiled: local anchors against every positive, anchor i's own positive at column offset + i.
+        excl = variant == "dcl"
+        loss = tiled.tiled_lse(a_s, p_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset) - pos
+        if symmetric:
+            a_all, _ = gather_with_grad(a)
+            lse_t = tiled.tiled_lse(
+                p * inv_t, a_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset
+            )
+            loss = 0.5 * (loss + lse_t - pos)
+    elif negatives is None:
         cols = torch.arange(offset, offset + n, device=a.device)
         rows = torch.arange(n, device=a.device)
         logits = a_s @ p_all.T  # (n, N); entry (i, offset + i) is anchor i's positive
@@ -286,19 +309,30 @@ def info_nce_gathered(
         if normalize:
             negs = l2_normalize(negs)
         n_all, _ = gather_with_grad(negs)
-        neg_lse = torch.logsumexp(a_s @ n_all.T, dim=1)
+        block = tiled.plan_chunk_size(n, n_all.shape[0], itemsize, chunk_size)
+        neg_lse = torch.logsumexp(a_s @ n_all.T, dim=1) if block is None else tiled.tiled_lse(a_s, n_all, block=block)
         loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
     return check_finite_loss(_share(loss, _count(n, a.device), reduction), "anchor/positive/negatives")
 
 
 def nt_xent_gathered(
-    z_a: Tensor, z_b: Tensor, *, temperature: TemperatureLike = 0.5, normalize: bool = True, reduction: str = "mean"
+    z_a: Tensor,
+    z_b: Tensor,
+    *,
+    temperature: TemperatureLike = 0.5,
+    normalize: bool = True,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
 ) -> Tensor:
     """:func:`contrastlab.losses.nt_xent` over the global 2N views, from this rank's 2n views.
 
     The global arrangement is ``[Z_a (N rows, rank order); Z_b (N rows)]``; local view-a row i sits at
     ``offset + i`` with its positive at ``N + offset + i``. ``reduction="none"`` gives this rank's
     ``(2n,)`` losses (view-a rows first), equal to the single-process values of these rows.
+
+    ``chunk_size`` as in ``nt_xent``: with an int (or local (2n × 2N) logits over the dense budget)
+    each half of the local views runs the tiled kernel against the gathered 2N candidates, view a's
+    self column at ``offset + i`` and view b's at ``N + offset + i`` (``col_offset``).
     """
     from contrastlab.losses.nt_xent import nt_xent
 
@@ -307,8 +341,11 @@ def nt_xent_gathered(
     if z_b.shape != z_a.shape:
         raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
     check_choice("reduction", reduction, REDUCTIONS)
+    chunk_size = tiled.check_chunk_size(chunk_size)
     if world_size() == 1:
-        return nt_xent(z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction)
+        return nt_xent(
+            z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction, chunk_size=chunk_size
+        )
     dtype = compute_dtype(z_a, z_b)
     inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
     za, zb = z_a.to(dtype), z_b.to(dtype)
@@ -319,6 +356,14 @@ def nt_xent_gathered(
     zb_all, _ = gather_with_grad(zb)
     big_n = za_all.shape[0]
     cand = torch.cat([za_all, zb_all])  # (2N, D)
+    block = tiled.plan_chunk_size(2 * n, 2 * big_n, torch.finfo(dtype).bits // 8, chunk_size)
+    if block is not None:
+        qa, qb = za * inv_t, zb * inv_t
+        pos_t = (qa * zb).sum(dim=1)  # (n,): the positive logit of both views of sample i
+        lse_a = tiled.tiled_lse(qa, cand, block=block, exclude_diagonal=True, col_offset=offset)
+        lse_b = tiled.tiled_lse(qb, cand, block=block, exclude_diagonal=True, col_offset=big_n + offset)
+        loss = torch.cat([lse_a - pos_t, lse_b - pos_t])
+        return check_finite_loss(_share(loss, 2 * big_n, reduction), "z_a/z_b")
     local = torch.cat([za, zb]) * inv_t  # (2n, D)
     logits = local @ cand.T  # (2n, 2N)
     idx = torch.arange(n, device=za.device)

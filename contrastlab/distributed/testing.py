@@ -110,6 +110,29 @@ def _info_nce_cases() -> list[Case]:
                 lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], **kw),
             )
         )
+    # The tiled kernel under gather: chunk sizes that divide neither n_local nor N (single process: dense).
+    for variant in ("infonce", "dcl"):
+        for symmetric in (False, True):
+            kw = {"temperature": 0.3, "variant": variant, "symmetric": symmetric}
+            cases.append(
+                Case(
+                    f"info_nce/in-batch/{variant}/symmetric={symmetric}/tiled",
+                    _pair(n, d),
+                    ("a", "p"),
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
+                    lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], chunk_size=4, **kw),
+                )
+            )
+        kw = {"temperature": 0.2, "variant": variant}
+        cases.append(
+            Case(
+                f"info_nce/shared/{variant}/tiled",
+                _with("neg", (9, d), _pair(n, d)),
+                ("a", "p", "neg"),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
+                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], chunk_size=4, **kw),
+            )
+        )
     cases.append(
         Case(
             "info_nce/in-batch/sum/raw-dot",
@@ -130,6 +153,13 @@ CASES: list[Case] = [
         ("a", "p"),
         lambda t: nt_xent(t["a"], t["p"], temperature=0.5),
         lambda t: cd.nt_xent_gathered(t["a"], t["p"], temperature=0.5),
+    ),
+    Case(
+        "nt_xent/tiled",
+        _pair(11, 6),
+        ("a", "p"),
+        lambda t: nt_xent(t["a"], t["p"], temperature=0.5),
+        lambda t: cd.nt_xent_gathered(t["a"], t["p"], temperature=0.5, chunk_size=5),
     ),
     Case(
         "supcon",

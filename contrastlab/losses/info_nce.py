@@ -129,6 +129,7 @@ def info_nce(
         from contrastlab.distributed import info_nce_gathered
 
         kw = {"variant": variant, "symmetric": symmetric, "normalize": normalize, "reduction": reduction}
+        kw["chunk_size"] = chunk_size
         return info_nce_gathered(anchor, positive, negatives, temperature=temperature, **kw)
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)

@@ -97,7 +97,9 @@ def nt_xent(
     if gather and distributed_world_size() > 1:
         from contrastlab.distributed import nt_xent_gathered
 
-        return nt_xent_gathered(z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction)
+        return nt_xent_gathered(
+            z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction, chunk_size=chunk_size
+        )
     check_embeddings("z_a", z_a, ndim=2)
     check_embeddings("z_b", z_b, ndim=2)
     if z_b.shape != z_a.shape:

@@ -120,6 +120,15 @@ def plan_chunk_size(
     return DEFAULT_CHUNK_SIZE
 
 
+def _check_offset(col_offset: object) -> int:
+    """Validate ``col_offset``: an int ≥ 0 (not a bool)."""
+    if isinstance(col_offset, bool) or not isinstance(col_offset, int):
+        raise TypeError(f"col_offset must be an int, got {type(col_offset).__name__}")
+    if col_offset < 0:
+        raise ValueError(f"col_offset must be >= 0, got {col_offset}")
+    return col_offset
+
+
 def _safe(m: Tensor) -> Tensor:
     """A running maximum usable as a shift: −inf (nothing seen yet) becomes 0."""
     return torch.where(torch.isinf(m), torch.zeros_like(m), m)
@@ -197,25 +206,29 @@ class _DenseRowLSE(torch.autograd.Function):
     """Row LSE of ``Q Kᵀ`` keeping ``exp(S − c)`` for a backward of two GEMMs."""
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None) -> Tensor:
+    def forward(
+        ctx: Any, q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0
+    ) -> Tensor:
         n, m_cols = q.shape[0], k.shape[0]
         e = q.new_empty(n, m_cols)  # (N, M): filled block of rows by block of rows, exponentiated in cache
         rows = max(1, _DENSE_BLOCK_BYTES // (m_cols * e.element_size()))
-        lse, row_sum = _rows_forward(q, k, rows, m_cols, exclude_diagonal, diagonal, out=e)
+        lse, row_sum = _rows_forward(q, k, rows, m_cols, exclude_diagonal, diagonal, out=e, col_offset=col_offset)
         ctx.save_for_backward(q, k, e, row_sum)
         return lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
         q, k, e, row_sum = ctx.saved_tensors
         r = (grad / row_sum).unsqueeze(1)  # softmax = E / s, so g·softmax = diag(g/s) E
         dq = torch.mm(e, k).mul_(r) if ctx.needs_input_grad[0] else None
         dk = torch.mm(e.T, q * r) if ctx.needs_input_grad[1] else None
-        return dq, dk, None, None
+        return dq, dk, None, None, None
 
 
-def dense_row_lse(q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diagonal: Tensor | None = None) -> Tensor:
+def dense_row_lse(
+    q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diagonal: Tensor | None = None, col_offset: int = 0
+) -> Tensor:
     """``logsumexp(Q Kᵀ, dim=1)``, optionally without the diagonal, with a two-GEMM backward.
 
     Shape:
@@ -225,9 +238,14 @@ def dense_row_lse(q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diago
     that a loss ``LSE_i − S_ii`` built from the same numbers is exactly ≥ 0 (its backward is unchanged:
     those values are ``q_i·k_i`` up to rounding).
 
+    ``col_offset`` moves the "diagonal" to the entries ``(i, col_offset + i)`` (a rank's local rows
+    against gathered candidates, :mod:`contrastlab.distributed`); 0 is the square case.
+
     Memory: one N × M buffer (``exp(S − m)``), kept for the backward; no second N × M tensor is made.
     """
-    return _DenseRowLSE.apply(q, k, exclude_diagonal, None if diagonal is None else diagonal.detach())
+    return _DenseRowLSE.apply(
+        q, k, exclude_diagonal, None if diagonal is None else diagonal.detach(), _check_offset(col_offset)
+    )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -235,13 +253,13 @@ def dense_row_lse(q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diago
 # ----------------------------------------------------------------------------------------------------
 
 
-def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None) -> Tensor:
+def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0) -> Tensor:
     """The pre-chosen row shift ``c_i = max(S_i,ref, ū_i − 60)`` (see the module docstring)."""
     n, m_cols = q.shape[0], k.shape[0]
     if diagonal is not None and not exclude_diagonal:
-        s_ref = diagonal  # S_ii, given: a logit of each row
+        s_ref = diagonal  # S_i,offset+i, given: a logit of each row
     else:
-        ref = torch.arange(n, device=q.device) % m_cols
+        ref = (torch.arange(n, device=q.device) + col_offset) % m_cols
         if exclude_diagonal:
             ref = (ref + 1) % m_cols  # the diagonal is not a candidate; its neighbour is
         s_ref = (q * k[ref]).sum(dim=1)  # a logit of each row: a lower bound of its maximum
@@ -266,6 +284,7 @@ def _online_rows(
     diagonal: Tensor | None,
     buf: Tensor,
     out: Tensor | None,
+    col_offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Exact running-max LSE sweep of rows i0..i1 over all columns; returns (max, sum).
 
@@ -278,7 +297,7 @@ def _online_rows(
     for j0 in range(0, m_cols, col_block):
         j1 = min(m_cols, j0 + col_block)
         t = torch.mm(q[i0:i1], k[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
-        _fix_diagonal(t, i0, j0, exclude_diagonal, diagonal)
+        _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diagonal)
         new = torch.maximum(mx, t.amax(dim=1))
         shift = _safe(new)
         sm = sm * torch.exp(mx - shift) + t.sub_(shift.unsqueeze(1)).exp_().sum(dim=1)
@@ -294,6 +313,7 @@ def _rows_forward(
     exclude_diagonal: bool,
     diagonal: Tensor | None,
     out: Tensor | None = None,
+    col_offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Row LSE by tiles with the pre-chosen shift folded into the GEMM; returns ``(lse, sum)``.
 
@@ -301,7 +321,7 @@ def _rows_forward(
     ``out`` (N × M, the dense path, ``col_block ≥ M``) the tiles are written there and kept.
     """
     n, m_cols = q.shape[0], k.shape[0]
-    shift = _row_shift(q, k, exclude_diagonal, diagonal)
+    shift = _row_shift(q, k, exclude_diagonal, diagonal, col_offset)
     diag_shifted = None if diagonal is None else diagonal - shift  # the tiles hold S − c
     ones = torch.ones(m_cols, 1, dtype=q.dtype, device=q.device)
     k_aug = torch.cat([k, ones], dim=1)  # (M, D+1): [k_j, 1]
@@ -315,18 +335,18 @@ def _rows_forward(
         for j0 in range(0, m_cols, col_block):
             j1 = min(m_cols, j0 + col_block)
             t = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
-            _fix_diagonal(t, i0, j0, exclude_diagonal, diag_shifted)
+            _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diag_shifted)
             sm += t.exp_().sum(dim=1)
         mx = shift[i0:i1]
         if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
-            mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out)
+            mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out, col_offset)
         lse[i0:i1] = mx + sm.log()
         row_sum[i0:i1] = sm
     return lse, row_sum
 
 
 def _rows_cols_forward(
-    q: Tensor, k: Tensor, block: int, exclude_diagonal: bool, diagonal: Tensor | None
+    q: Tensor, k: Tensor, block: int, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0
 ) -> tuple[Tensor, Tensor]:
     """Row and column LSE in one sweep (CLIP's symmetric loss): running max/sum per row and per column."""
     n, m_cols = q.shape[0], k.shape[0]
@@ -340,7 +360,7 @@ def _rows_cols_forward(
         for j0 in range(0, m_cols, block):
             j1 = min(m_cols, j0 + block)
             t = torch.mm(q[i0:i1], k[j0:j1].T)
-            _fix_diagonal(t, i0, j0, exclude_diagonal, diagonal)
+            _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diagonal)
             new_r = torch.maximum(mx, t.amax(dim=1))
             new_c = torch.maximum(col_mx[j0:j1], t.amax(dim=0))
             sr, sc = _safe(new_r), _safe(new_c)
@@ -357,22 +377,30 @@ class _TiledLSE(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, q: Tensor, k: Tensor, block: int, exclude_diagonal: bool, columns: bool, diagonal: Tensor | None
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        block: int,
+        exclude_diagonal: bool,
+        columns: bool,
+        diagonal: Tensor | None,
+        col_offset: int = 0,
     ) -> tuple[Tensor, Tensor]:
         if columns:
-            row_lse, col_lse = _rows_cols_forward(q, k, block, exclude_diagonal, diagonal)
+            row_lse, col_lse = _rows_cols_forward(q, k, block, exclude_diagonal, diagonal, col_offset)
         else:
-            row_lse = _rows_forward(q, k, block, block, exclude_diagonal, diagonal)[0]
+            row_lse = _rows_forward(q, k, block, block, exclude_diagonal, diagonal, col_offset=col_offset)[0]
             col_lse = q.new_empty(0)
         ctx.block, ctx.exclude_diagonal, ctx.columns = block, exclude_diagonal, columns
+        ctx.col_offset = col_offset
         ctx.save_for_backward(q, k, row_lse, col_lse)
         return row_lse, col_lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, g_row: Tensor, g_col: Tensor) -> tuple[Tensor, Tensor, None, None, None, None]:
+    def backward(ctx: Any, g_row: Tensor, g_col: Tensor) -> tuple[Tensor, Tensor, None, None, None, None, None]:
         q, k, row_lse, col_lse = ctx.saved_tensors
-        block, excl = ctx.block, ctx.exclude_diagonal
+        block, excl, off = ctx.block, ctx.exclude_diagonal, ctx.col_offset
         n, m_cols = q.shape[0], k.shape[0]
         dq = torch.zeros_like(q)
         dk = torch.zeros_like(k)
@@ -391,11 +419,11 @@ class _TiledLSE(torch.autograd.Function):
                     p = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, None, i0, i1, j0, j1))
                     p.exp_()  # the softmax tile, entries <= 1
                     if excl:
-                        _set_diagonal(p, i0, j0, 0.0)
+                        _set_diagonal(p, i0, j0 - off, 0.0)
                     acc.addmm_(p, k[j0:j1])
                     dk[j0:j1].addmm_(p.T, gq[i0:i1])
                 acc.mul_(g_row[i0:i1, None])
-            return dq, dk, None, None, None, None
+            return dq, dk, None, None, None, None, None
         for i0 in range(0, n, block):
             i1 = min(n, i0 + block)
             for j0 in range(0, m_cols, block):
@@ -404,14 +432,20 @@ class _TiledLSE(torch.autograd.Function):
                 w = torch.exp(s - row_lse[i0:i1, None]).mul_(g_row[i0:i1, None])
                 w.add_(s.sub_(col_lse[j0:j1]).exp_().mul_(g_col[j0:j1]))
                 if excl:
-                    _set_diagonal(w, i0, j0, 0.0)
+                    _set_diagonal(w, i0, j0 - off, 0.0)
                 dq[i0:i1].addmm_(w, k[j0:j1])
                 dk[j0:j1].addmm_(w.T, q[i0:i1])
-        return dq, dk, None, None, None, None
+        return dq, dk, None, None, None, None, None
 
 
 def tiled_lse(
-    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    *,
+    block: int,
+    exclude_diagonal: bool = False,
+    diagonal: Tensor | None = None,
+    col_offset: int = 0,
 ) -> Tensor:
     """Row log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
 
@@ -424,16 +458,25 @@ def tiled_lse(
         block: tile side (≥ 1); any value works, it need not divide N or M.
         exclude_diagonal: leave ``S_ii`` out (DCL, NT-Xent).
         diagonal: optional exact values of ``S_ii`` (``(N,)``, no gradient), as in :func:`dense_row_lse`.
+        col_offset: the "diagonal" is the entries ``(i, col_offset + i)`` (default 0: square logits).
+            Under torch.distributed a rank's local anchors sit at rows ``offset..offset + n`` of the
+            gathered candidates, so their positives/selves are at ``col_offset = offset``.
 
     Memory: one tile (``block × block``) plus O((N + M)·D), in the forward and in the backward.
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     diag = None if diagonal is None else diagonal.detach()
-    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag)[0]
+    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag, _check_offset(col_offset))[0]
 
 
 def tiled_lse_rows_cols(
-    q: Tensor, k: Tensor, *, block: int, exclude_diagonal: bool = False, diagonal: Tensor | None = None
+    q: Tensor,
+    k: Tensor,
+    *,
+    block: int,
+    exclude_diagonal: bool = False,
+    diagonal: Tensor | None = None,
+    col_offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
     """Row and column log-sum-exp of ``Q Kᵀ`` (CLIP's two directions), streamed in one sweep of tiles.
 
@@ -444,7 +487,7 @@ def tiled_lse_rows_cols(
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     diag = None if diagonal is None else diagonal.detach()
-    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, True, diag)
+    row_lse, col_lse = _TiledLSE.apply(q, k, block, exclude_diagonal, True, diag, _check_offset(col_offset))
     return row_lse, col_lse
 
 
