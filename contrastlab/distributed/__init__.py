@@ -423,3 +423,8 @@ def supcon_gathered(
         return check_finite_loss(per, "embeddings")
     total = per[has_pos].sum() * world_size()
     return check_finite_loss(total / int(valid) if reduction == "mean" else total, "embeddings")
+
+
+from contrastlab.distributed.weince import global_tail_beta_gathered, weince_gathered  # noqa: E402  (needs the above)
+
+__all__ += ["weince_gathered", "global_tail_beta_gathered"]

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab.losses import info_nce, nt_xent, supcon
+from contrastlab.losses.weince import GlobalBetaConfig, weince
 
 __all__ = ["Case", "CASES", "check_parity", "split_sizes"]
 
@@ -38,15 +39,16 @@ class Case:
         name: identifier shown in reports.
         make: ``(generator, dtype) -> dict`` of named input tensors; row-split tensors first.
         split: names of the tensors whose rows are split across ranks (others are replicated).
-        single: the loss on the full inputs.
-        share: the loss share on one rank's slice (``*_gathered``).
+        single: the loss on the full inputs, or ``(loss, state)`` for a loss with state (WEINCE's β_t).
+        share: the loss share on one rank's slice (``*_gathered``), or ``(share, state)``: every rank's
+            state must equal the single-process state.
     """
 
     name: str
     make: Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]
     split: tuple[str, ...]
-    single: Callable[[dict[str, Tensor]], Tensor]
-    share: Callable[[dict[str, Tensor]], Tensor]
+    single: Callable[[dict[str, Tensor]], Tensor | tuple[Tensor, Tensor]]
+    share: Callable[[dict[str, Tensor]], Tensor | tuple[Tensor, Tensor]]
 
 
 def _pair(n: int, d: int) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
@@ -145,6 +147,54 @@ def _info_nce_cases() -> list[Case]:
     return cases
 
 
+def _weince_cases() -> list[Case]:
+    """WEINCE in every beta_mode, with and without the top-M terms, SimCLR views and explicit negatives.
+
+    N = 23 samples (46 views, K = 44 negatives per view): per-anchor tails of 16 points, a global tail
+    of 101 of the 2,024 negative similarities, λ_i spread over [0, 0.97]; uneven splits for R = 2, 4.
+    The global_ema runs start from β = 3 in both runs and return the new β_t as state.
+    """
+    n, d = 23, 8
+    base = {"temperature": 0.5, "min_tail": 16, "global_beta": GlobalBetaConfig(min_tail=64)}
+    variants = [
+        ("per_anchor", 0, None),
+        ("one", 0, None),
+        ("global_ema", 0, None),
+        ("per_anchor", 5, None),
+        ("global_ema", 5, None),
+        ("global_ema", 0, "shared"),
+        ("per_anchor", 0, "per-anchor"),
+    ]
+    cases = []
+    for beta_mode, top_m, negs in variants:
+        kw = {**base, "beta_mode": beta_mode, "aux_top_m": top_m}
+        stateful = beta_mode == "global_ema" or top_m > 0
+        if stateful:
+            kw |= {"beta_ema": 3.0, "return_stats": True}
+        make = _pair(n, d)
+        if negs == "shared":
+            make = _with("neg", (30, d), make)
+        elif negs == "per-anchor":
+            make = _with("neg", (n, 20, d), make)
+
+        def run(fn: Callable, t: dict[str, Tensor], kw: dict = kw, stateful: bool = stateful) -> Tensor | tuple:
+            out = fn(t["a"], t["p"], t.get("neg"), **kw)
+            return (out[0], out[1].beta_ema) if stateful else out
+
+        name = f"weince/{negs or 'simclr'}/{beta_mode}" + (f"/aux_top_m={top_m}" if top_m else "")
+        split = ("a", "p", "neg") if negs else ("a", "p")
+        cases.append(
+            Case(
+                name,
+                make,
+                split,
+                lambda t, run=run: run(weince, t),
+                lambda t, run=run: run(cd.weince_gathered, t),
+            )
+        )
+    return cases
+
+
 CASES: list[Case] = [
     *_info_nce_cases(),
     Case(
@@ -168,6 +218,7 @@ CASES: list[Case] = [
         lambda t: supcon(t["z"], t["y"], temperature=0.2),
         lambda t: cd.supcon_gathered(t["z"], t["y"], temperature=0.2),
     ),
+    *_weince_cases(),
 ]
 
 
@@ -180,11 +231,16 @@ def _inputs(case: Case, seed: int, dtype: torch.dtype) -> dict[str, Tensor]:
     return case.make(torch.Generator().manual_seed(seed), dtype)
 
 
-def _grads(fn: Callable[[dict[str, Tensor]], Tensor], t: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+def _grads(
+    fn: Callable[[dict[str, Tensor]], Tensor | tuple[Tensor, Tensor]], t: dict[str, Tensor]
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss and the gradient of every floating input; a returned state is stored as ``grads["state"]``."""
     leaves = {k: (v.detach().clone().requires_grad_() if v.is_floating_point() else v) for k, v in t.items()}
-    loss = fn(leaves)
+    out = fn(leaves)
+    loss, state = out if isinstance(out, tuple) else (out, None)
     loss.backward()
-    return loss.detach(), {k: v.grad for k, v in leaves.items() if v.is_floating_point()}
+    grads = {k: v.grad for k, v in leaves.items() if v.is_floating_point()}
+    return loss.detach(), grads if state is None else {**grads, "state": state.detach()}
 
 
 def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_names: list[str]) -> None:
@@ -204,7 +260,8 @@ def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_n
                     local[k] = v
             share, grads = _grads(case.share, local)
             out = Path(out_dir) / f"{dtype_name}_{i}_{r}.pt"
-            torch.save({"share": share, **{f"grad_{k}": g for k, g in grads.items()}}, out)
+            state = grads.pop("state", None)
+            torch.save({"share": share, "state": state, **{f"grad_{k}": g for k, g in grads.items()}}, out)
     finally:
         dist.destroy_process_group()
 
@@ -216,7 +273,8 @@ def check_parity(
 
     Returns:
         ``{(case name, dtype): (relative error of the loss, max relative error of the row gradients)}``;
-        gradient errors are relative to the largest single-process gradient entry of that input.
+        gradient errors are relative to the largest single-process gradient entry of that input. For
+        a case with state the loss error is the larger of the loss's and every rank's state's.
     """
     if isinstance(world, bool) or not isinstance(world, int) or world < 2:
         raise ValueError(f"world must be an int >= 2, got {world!r}")
@@ -233,6 +291,12 @@ def check_parity(
             parts = [torch.load(Path(tmp) / f"{dtype_name}_{i}_{r}.pt", weights_only=True) for r in range(world)]
             shares = torch.stack([p["share"] for p in parts])
             loss_err = float((shares.mean() - loss).abs() / loss.abs().clamp_min(1e-30))
+            state = grads.pop("state", None)
+            if state is not None:  # every rank's state (e.g. the new β_t) equals the single-process one
+                for p in parts:
+                    loss_err = max(
+                        loss_err, float((p["state"] - state).abs().max() / state.abs().max().clamp_min(1e-30))
+                    )
             grad_err = 0.0
             for k, g in grads.items():
                 dist_g = torch.cat([p[f"grad_{k}"] for p in parts]) / world

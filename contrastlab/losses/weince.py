@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -75,6 +76,7 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    distributed_world_size,
     l2_normalize,
     reduce,
     resolve_inverse_temperature,
@@ -285,8 +287,13 @@ def _anchor_tail_stats(
     kappa_aic: float,
     margin: float,
     eps: float,
+    rho_pool: Callable[[Tensor], Tensor] | None = None,
 ) -> AnchorTailStats:
     """§2.3 steps 1–4 from each anchor's k_tail largest negative cosines, in float64.
+
+    ``rho_pool`` (optional) maps these anchors' ρ ``(R,)`` to the ρ of every anchor of the batch whose
+    q-quantile is the pivot ρ_0 (under torch.distributed: an all-gather over ranks, so that ρ_0 is the
+    global batch's); by default the pivot is taken over these R anchors.
 
     Shape:
         top: ``(R, k_tail)``, each row descending.
@@ -294,8 +301,9 @@ def _anchor_tail_stats(
     top = top.to(torch.float64)
     r, k_tail = top.shape
     rho = (1.0 - top[:, 0]).clamp_min(eps)  # (R,)
+    rho_all = rho if rho_pool is None else rho_pool(rho)
     # ρ_0: the order statistic of rank round(q (R − 1)) (0-based), as the code's sort-and-index.
-    rho0 = torch.kthvalue(rho, int(round(q * (r - 1))) + 1).values
+    rho0 = torch.kthvalue(rho_all, int(round(q * (rho_all.shape[0] - 1))) + 1).values
     lam_rho = torch.sigmoid(kappa_rho * (torch.log(rho0.clamp_min(eps)) - torch.log(rho)))
 
     burn = max(1, k_tail // 20)
@@ -373,7 +381,12 @@ def anchor_tail_stats(
 
 @torch.no_grad()
 def global_tail_beta(
-    neg_values: Tensor, *, tail_frac: float = 0.05, min_tail: int = 1024, eps: float = 1e-6
+    neg_values: Tensor,
+    *,
+    tail_frac: float = 0.05,
+    min_tail: int = 1024,
+    eps: float = 1e-6,
+    total: int | None = None,
 ) -> tuple[float, float] | None:
     """The official code's batch-level Weibit shape estimate (``_estimate_weib_beta_from_tail``).
 
@@ -386,6 +399,10 @@ def global_tail_beta(
         tail_frac: fraction of the negatives in the tail.
         min_tail: minimum tail size.
         eps: shortfall floor.
+        total: the number K of negatives the tail size is computed from; default the number of finite
+            entries of ``neg_values``. Under torch.distributed ``neg_values`` may hold only the union
+            of every rank's k_tail largest values while K counts the global batch's negatives (the
+            tail, and so the estimate, are then those of the global batch).
 
     Returns:
         ``(beta_hat, r2)`` with β̂ ≥ 0 and R² ∈ [0, 1], or ``None`` when fewer than 10 tail points
@@ -393,10 +410,15 @@ def global_tail_beta(
     """
     vals = neg_values.detach().reshape(-1)
     vals = vals[torch.isfinite(vals)]
-    total = vals.numel()
+    if total is None:
+        total = vals.numel()
+    elif total < vals.numel():
+        raise ValueError(f"total must be >= the number of finite neg_values ({vals.numel()}), got {total}")
     k_tail = min(int(max(min_tail, tail_frac * total)), total)
     if k_tail < 10:
         return None
+    if k_tail > vals.numel():
+        raise ValueError(f"neg_values must hold the k_tail = {k_tail} largest of the {total} negatives")
     tail = (1.0 - _top_values(vals.unsqueeze(0), k_tail)[0]).clamp_min(eps)  # the k_tail smallest, ascending
     k = torch.arange(1, k_tail + 1, dtype=tail.dtype, device=tail.device)
     burn = max(1, k_tail // 20)
@@ -591,6 +613,7 @@ def weince(
     beta_ema: float | Tensor | None = None,
     reduction: str = "mean",
     return_stats: bool = False,
+    gather: bool = False,
 ) -> Tensor | tuple[Tensor, WEINCEStats]:
     """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
 
@@ -621,6 +644,10 @@ def weince(
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses: ``(2N,)`` with the views of
             ``z_a`` first, or ``(N,)`` with explicit negatives).
         return_stats: also return :class:`WEINCEStats` (λ_i, β_i, ΔAIC_i, ..., the new β_t).
+        gather: under torch.distributed, the single-process WEINCE of the global batch from this
+            rank's rows (:func:`contrastlab.distributed.weince_gathered`: candidates gathered from every
+            rank, every batch statistic over the global candidate set; the result is this rank's
+            share of the global loss); a no-op in one process.
 
     Returns:
         The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
@@ -637,6 +664,30 @@ def weince(
         >>> bool(weince(za, zb, fixed_lambda=0.0) == nt_xent(za, zb))
         True
     """
+    if gather and distributed_world_size() > 1:
+        from contrastlab.distributed import weince_gathered
+
+        return weince_gathered(
+            z_a,
+            z_b,
+            negatives,
+            temperature=temperature,
+            beta_mode=beta_mode,
+            q=q,
+            tail_frac=tail_frac,
+            min_tail=min_tail,
+            kappa_rho=kappa_rho,
+            kappa_aic=kappa_aic,
+            margin=margin,
+            eps=eps,
+            fixed_lambda=fixed_lambda,
+            aux_top_m=aux_top_m,
+            aux_weight=aux_weight,
+            global_beta=global_beta,
+            beta_ema=beta_ema,
+            reduction=reduction,
+            return_stats=return_stats,
+        )
     _validate_inputs(z_a, z_b, negatives)
     check_choice("beta_mode", beta_mode, BETA_MODES)
     check_choice("reduction", reduction, REDUCTIONS)
@@ -795,6 +846,7 @@ class WEINCELoss(nn.Module):
         aux_weight: float = 0.5,
         global_beta: GlobalBetaConfig = GlobalBetaConfig(),
         reduction: str = "mean",
+        gather: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -821,6 +873,9 @@ class WEINCELoss(nn.Module):
             raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
         self.global_beta = global_beta
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        if not isinstance(gather, bool):
+            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        self.gather = gather  # under torch.distributed: weince_gathered (every rank's β_t state moves alike)
         self.register_buffer("beta_ema", torch.tensor(float(global_beta.init), dtype=torch.float64))
         self.last_stats: WEINCEStats | None = None
 
@@ -846,6 +901,7 @@ class WEINCELoss(nn.Module):
             beta_ema=self.beta_ema,
             reduction=self.reduction,
             return_stats=True,
+            gather=self.gather,
         )
         if self.training and stats.beta_ema is not None:
             self.beta_ema.copy_(stats.beta_ema)
