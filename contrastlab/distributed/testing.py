@@ -13,6 +13,7 @@ Results travel between processes as tensors saved with ``torch.save`` and loaded
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Callable
@@ -122,7 +123,7 @@ def _info_nce_cases() -> list[Case]:
                     _pair(n, d),
                     ("a", "p"),
                     lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
-                    lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], chunk_size=4, **kw),
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], chunk_size=4, gather=True, **kw),  # public dispatch
                 )
             )
         kw = {"temperature": 0.2, "variant": variant}
@@ -189,7 +190,7 @@ def _weince_cases() -> list[Case]:
                 make,
                 split,
                 lambda t, run=run: run(weince, t),
-                lambda t, run=run: run(cd.weince_gathered, t),
+                lambda t, run=run: run(functools.partial(weince, gather=True), t),  # dispatches to weince_gathered
             )
         )
     return cases
@@ -209,7 +210,7 @@ CASES: list[Case] = [
         _pair(11, 6),
         ("a", "p"),
         lambda t: nt_xent(t["a"], t["p"], temperature=0.5),
-        lambda t: cd.nt_xent_gathered(t["a"], t["p"], temperature=0.5, chunk_size=5),
+        lambda t: nt_xent(t["a"], t["p"], temperature=0.5, chunk_size=5, gather=True),
     ),
     Case(
         "supcon",

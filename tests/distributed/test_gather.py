@@ -3,7 +3,8 @@ import torch
 
 from contrastlab import distributed as cd
 from contrastlab.distributed.testing import CASES, check_parity, split_sizes
-from contrastlab.losses import info_nce, nt_xent, supcon
+from contrastlab.losses import info_nce, nt_xent, supcon, tiled
+from contrastlab.losses.weince import GlobalBetaConfig, WEINCELoss, global_tail_beta, weince
 
 
 def test_defaults_without_process_group():
@@ -32,7 +33,74 @@ def test_case_registry_covers_every_loss_and_mode():
     for mode in ("in-batch", "shared", "per-anchor"):
         for variant in ("infonce", "dcl"):
             assert any(n.startswith(f"info_nce/{mode}/{variant}") for n in names)
-    assert {"nt_xent", "supcon"} <= names
+    assert {"nt_xent", "supcon", "nt_xent/tiled"} <= names
+    for variant in ("infonce", "dcl"):
+        for sym in (False, True):
+            assert f"info_nce/in-batch/{variant}/symmetric={sym}/tiled" in names
+    for beta_mode in ("per_anchor", "one", "global_ema"):
+        assert f"weince/simclr/{beta_mode}" in names
+    assert any("aux_top_m" in n for n in names)
+
+
+@pytest.mark.parametrize("excl", [False, True])
+@pytest.mark.parametrize("offset", [0, 3, 8])
+@pytest.mark.parametrize("kernel", ["dense", "tiled3", "tiled13", "rows_cols"])
+def test_col_offset_moves_the_diagonal(kernel, offset, excl):
+    g = torch.Generator().manual_seed(offset)
+    q = torch.randn(5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(13 if kernel != "rows_cols" else 5 + offset, 4, generator=g, dtype=torch.float64)
+    k.requires_grad_()
+    diag = (q * k[offset : offset + 5]).sum(1).detach()
+    kw = {"exclude_diagonal": excl, "diagonal": diag, "col_offset": offset}
+    s = q @ k.T
+    if excl:
+        s = s.index_put((torch.arange(5), offset + torch.arange(5)), torch.tensor(float("-inf"), dtype=s.dtype))
+    if kernel == "rows_cols":
+        row, col = tiled.tiled_lse_rows_cols(q, k, block=2, **kw)
+        out, ref = row.sum() + col.sum(), torch.logsumexp(s, 1).sum() + torch.logsumexp(s, 0).sum()
+    else:
+        lse = (
+            tiled.dense_row_lse(q, k, **kw) if kernel == "dense" else tiled.tiled_lse(q, k, block=int(kernel[5:]), **kw)
+        )
+        out, ref = lse.sum(), torch.logsumexp(s, 1).sum()
+    torch.testing.assert_close(out, ref)
+    for got, want in zip(torch.autograd.grad(out, (q, k)), torch.autograd.grad(ref, (q, k)), strict=True):
+        torch.testing.assert_close(got, want)
+
+
+def test_col_offset_rejects_bad_values():
+    q = torch.randn(3, 2)
+    with pytest.raises(ValueError, match="col_offset"):
+        tiled.tiled_lse(q, q, block=2, col_offset=-1)
+    with pytest.raises(TypeError, match="col_offset"):
+        tiled.dense_row_lse(q, q, col_offset=1.0)
+
+
+def test_weince_single_process_share_and_switches():
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(12, 6, generator=g, dtype=torch.float64)
+    b = a + 0.5 * torch.randn(12, 6, generator=g, dtype=torch.float64)
+    kw = {"beta_mode": "global_ema", "min_tail": 12, "beta_ema": 3.0, "global_beta": GlobalBetaConfig(min_tail=64)}
+    loss, stats = weince(a, b, return_stats=True, **kw)
+    share, share_stats = cd.weince_gathered(a, b, return_stats=True, **kw)
+    torch.testing.assert_close(share, loss)
+    torch.testing.assert_close(share_stats.beta_ema, stats.beta_ema)
+    torch.testing.assert_close(weince(a, b, gather=True, **kw), loss)  # a no-op without a process group
+    module = WEINCELoss(beta_mode="global_ema", gather=True)
+    torch.testing.assert_close(module(a, b), weince(a, b, beta_mode="global_ema"))
+    with pytest.raises(TypeError, match="gather"):
+        WEINCELoss(gather=1)
+
+
+def test_pooled_global_tail_equals_the_full_one():
+    # each "rank" keeps its k_tail largest values; the pooled fit with the global count is the global fit
+    vals = torch.rand(6, 400, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 1.8 - 0.9
+    k_tail = int(max(64, 0.05 * vals.numel()))
+    pool = torch.cat([torch.topk(part.reshape(-1), k_tail).values for part in vals.chunk(3)])
+    full = global_tail_beta(vals, min_tail=64)
+    assert full is not None and global_tail_beta(pool, min_tail=64, total=vals.numel()) == full
+    with pytest.raises(ValueError, match="total"):
+        global_tail_beta(vals, total=10)
 
 
 @pytest.mark.distributed
