@@ -165,10 +165,13 @@ def _weince_cases() -> list[Case]:
         ("global_ema", 5, None),
         ("global_ema", 0, "shared"),
         ("per_anchor", 0, "per-anchor"),
+        ("one", 0, "tensor-temperature"),  # τ a tensor: the plain-autograd path of the mixed logits
     ]
     cases = []
     for beta_mode, top_m, negs in variants:
         kw = {**base, "beta_mode": beta_mode, "aux_top_m": top_m}
+        if negs == "tensor-temperature":
+            kw["temperature"], negs = torch.tensor(0.4, dtype=torch.float64), None
         stateful = beta_mode == "global_ema" or top_m > 0
         if stateful:
             kw |= {"beta_ema": 3.0, "return_stats": True}
@@ -183,6 +186,7 @@ def _weince_cases() -> list[Case]:
             return (out[0], out[1].beta_ema) if stateful else out
 
         name = f"weince/{negs or 'simclr'}/{beta_mode}" + (f"/aux_top_m={top_m}" if top_m else "")
+        name += "/tensor-temperature" if isinstance(kw["temperature"], Tensor) else ""
         split = ("a", "p", "neg") if negs else ("a", "p")
         cases.append(
             Case(
