@@ -291,7 +291,8 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
     reports = {"": report} if isinstance(report, TailReport) else dict(report)
     if not reports:
         raise ValueError("report must be a TailReport or a non-empty mapping of them")
-    fig, axes = plt.subplots(len(reports), 3, figsize=(13, 3.6 * len(reports)), squeeze=False)
+    height = 3.6 * len(reports) + (0.5 if title else 0.0)
+    fig, axes = plt.subplots(len(reports), 3, figsize=(13, height), squeeze=False)
     for row, (name, rep) in zip(axes, reports.items(), strict=True):
         fit = rep.pot
         q_gpd, q_exp, emp = qq_points(fit, rep.exceedances)
@@ -312,19 +313,22 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
         if math.isfinite(fit.endpoint):
             ax.axvline(fit.endpoint - fit.threshold, color="C3", ls=":", label=f"endpoint s = {fit.endpoint:.3f}")
         ax.set(
-            xlabel=f"s - u  (u = {fit.threshold:.3f})", title=f"{fit.n_exceed} exceedances, dAIC = {fit.delta_aic:.1f}"
+            xlabel=f"s - u  (u = {fit.threshold:.4f})",
+            title=f"{fit.n_exceed} exceedances; GPD vs exp. dAIC = {fit.delta_aic:.0f}",
         )
         ax.legend(fontsize=8)
 
         ax = row[2]
         ax.hist(np.clip(rep.anchors.delta_aic.numpy(), -60, 60), bins=40, color="C2")
         ax.axvline(0, color="k", lw=0.8)
-        ax.set(xlabel="AIC_Gumbel - AIC_Weibull per anchor (clipped at ±60)",
-               title=f"{100 * rep.frac_weibull:.0f}% of anchors favour Weibull (isotropic xi = {rep.xi_isotropic:.3f})")  # fmt: skip
+        ax.set(
+            xlabel=f"AIC_G - AIC_W per anchor, clipped at ±60 (isotropic xi = {rep.xi_isotropic:.3f})",
+            title=f"{label}{100 * rep.frac_weibull:.0f}% of anchors favour Weibull",
+        )
     if title:
         fig.suptitle(title)
     fig.subplots_adjust(
-        left=0.06, right=0.98, bottom=0.12 / len(reports), top=1 - 0.1 / len(reports), wspace=0.28, hspace=0.45
+        left=0.06, right=0.98, bottom=0.5 / height, top=1 - (0.9 if title else 0.4) / height, wspace=0.28, hspace=0.5
     )
     out = Path(path)
     with atomic_path(out) as tmp:
