@@ -247,12 +247,11 @@ def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = ()) -> Tensor:
     x = x.detach()
     r, c = x.shape
     if x.device.type == "cpu":
-        xn = x.numpy()
-        if exclude:
-            xn = xn.copy()
-            for cols in exclude:
-                xn[np.arange(r), cols.numpy()] = -np.inf
-        part = np.partition(xn, c - k, axis=1)[:, c - k :]
+        xn = x.numpy().copy()  # the one copy: partitioned in place below
+        for cols in exclude:
+            xn[np.arange(r), cols.numpy()] = -np.inf
+        xn.partition(c - k, axis=1)
+        part = xn[:, c - k :]
         part.sort(axis=1)
         return torch.from_numpy(np.ascontiguousarray(part[:, ::-1]))
     if exclude:
@@ -556,7 +555,7 @@ class _WeinceSimCLR(torch.autograd.Function):
         row_sum = e.sum(dim=1, keepdim=True)
         loss = (c + row_sum.log() - pos_logit).squeeze(1)
         torch.threshold_(u, u_min, float("inf"))  # clamped entries: 1/(1 − s) := 0
-        d = torch.addcdiv(a, b, u)  # dℓ/ds, (R, R)
+        d = u.reciprocal_().mul_(b).add_(a)  # dℓ/ds = a + b/(1 − s), (R, R), in u's memory
         ctx.save_for_backward(k, e, row_sum, d, pos_index)
         return loss
 
