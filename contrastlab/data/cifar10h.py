@@ -178,20 +178,23 @@ def load_cifar10h(path: str | Path, *, expected_shape: tuple[int, int] | None = 
 
 
 def load_cifar10h_images(root: str | Path, split: str = "test") -> ImageDataset:
-    """The CIFAR-10 test images with CIFAR-10H's majority human label, for the dataset registry.
+    """CIFAR-10 as the registry's ``cifar10h``: the test images with CIFAR-10H's majority human label.
 
-    Needs ``cifar-10-batches-py/`` and the CIFAR-10H file under ``root``. The labels are the human
-    majority (which differs from CIFAR-10's label for a few dozen images); the full distributions come
-    from :func:`load_cifar10h`.
+    ``"test"`` needs ``cifar-10-batches-py/`` and the CIFAR-10H file under ``root``; its labels are the
+    human majority (which differs from CIFAR-10's label for a few dozen images), and the full
+    distributions come from :func:`load_cifar10h`. ``"train"`` is CIFAR-10's training set unchanged (no
+    human labels exist for it): the images an encoder is trained on before it is evaluated on ``"test"``.
 
     Raises:
-        ValueError: ``split`` is not ``"test"`` (CIFAR-10H covers only the test set).
+        ValueError: ``split`` is neither ``"train"`` nor ``"test"``, or the CIFAR-10H file has the wrong shape.
         DatasetNotFoundError: files missing.
     """
     from contrastlab.data.cifar import load_cifar10
 
-    if split != "test":
-        raise ValueError(f"split must be 'test' (CIFAR-10H labels only the CIFAR-10 test set), got {split!r}")
-    images = load_cifar10(root, "test")
-    human = load_cifar10h(root)
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    images = load_cifar10(root, split)
+    if split == "train":
+        return ImageDataset(images.images, images.labels, images.classes, "cifar10h/train")
+    human = load_cifar10h(root, expected_shape=(len(images), 10))
     return ImageDataset(images.images, human.majority, images.classes, "cifar10h/test")

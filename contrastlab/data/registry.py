@@ -79,8 +79,11 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetSpec(
             "cifar10h",
             load_cifar10h_images,
-            ("test",),
-            {"test": (CIFAR10H_COUNTS, *CIFAR10_FILES["test"], *CIFAR10_FILES["meta"])},
+            ("train", "test"),
+            {
+                "train": (*CIFAR10_FILES["train"], *CIFAR10_FILES["meta"]),
+                "test": (CIFAR10H_COUNTS, *CIFAR10_FILES["test"], *CIFAR10_FILES["meta"]),
+            },
             CIFAR10H_SOURCE,
             10,
             (3, 32, 32),

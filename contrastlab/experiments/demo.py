@@ -1,35 +1,61 @@
-"""The main job: train a contrastive encoder on a world whose latents we know, then audit it.
+"""The main job: audit an encoder on a world whose latents we know, then run the four papers' claims.
 
-The world (Zimmermann et al. 2021; Whiteley 2026 §1.4): latents z uniform on S^{d−1}, positives
-z̃ ~ vMF(z, κ), observations x = g(z) through a fixed random invertible leaky-ReLU MLP. An MLP
-encoder is trained with InfoNCE (in-batch negatives) at τ = 1/κ, the temperature at which the
-theory says the minimiser recovers z up to an orthogonal map (Zaliaduonis et al. 2026, Thm 4.4).
+Train a contrastive encoder on a synthetic world, audit it, run the four papers' experiments in their
+quick form, and write one report over everything.
 
-The table compares three encoders on held-out samples: a randomly initialised one, the trained one,
-and the ground truth φ* = g⁻¹ (the ideal the theory measures against): the held-out InfoNCE loss,
-alignment and uniformity (Wang & Isola 2020), top-1 retrieval of each anchor's positive among all
-held-out positives, and the linear R² of the true latents from the embeddings.
+Part 1 (the audit). The world (Zimmermann et al. 2021; Whiteley 2026 §1.4): latents z uniform on
+S^{d−1}, positives z̃ ~ vMF(z, κ), observations x = g(z) through a fixed random invertible
+leaky-ReLU MLP. An MLP encoder is trained with InfoNCE (in-batch negatives) at τ = 1/κ, the
+temperature at which the theory says the minimiser recovers z up to an orthogonal map (Zaliaduonis
+et al. 2026, Thm 4.4). A table compares three encoders on held-out samples — randomly initialised,
+trained, and the ground truth φ* = g⁻¹ — on the held-out InfoNCE loss, alignment and uniformity
+(Wang & Isola 2020), top-1 retrieval of each anchor's positive among all held-out positives, and the
+linear R² of the true latents. The k-gap plot (Whiteley Props. 1–2) of the trained encoder follows.
+
+Part 2 (the papers). Each experiment in ``papers`` runs with its ``--quick`` setting, two at a time
+on separate processes (one thread each), into ``out_dir/<name>``. ``out_dir/report`` then holds
+``report.md`` and a self-contained ``report.html`` over the audit and every paper run.
 """
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing import get_context
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from contrastlab.eval.identifiability import linear_r2
+from contrastlab.io import write_json_atomic
 from contrastlab.losses import alignment, info_nce, uniformity
 from contrastlab.losses._common import l2_normalize
 from contrastlab.models import MLP
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
+from contrastlab.worlds import SphereWorld
 from contrastlab.worlds.mixing import make_mixing
-from contrastlab.worlds.sphere import sample_uniform_sphere, sample_vmf
+
+#: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
+PAPERS: tuple[str, ...] = (
+    "k-gap",  # Whiteley: the O(1/k) gap between the InfoNCE risk and the similarity-search CE
+    "continuity-bound",  # Whiteley Prop. 4 on random encoder pairs
+    "generalisation-vs-k",  # Whiteley Thm 1: the generalisation gap against k
+    "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
+    "norm-dynamics",  # Su, Ren & Veitch: the norm recursion, frequency/specificity in the norm
+    "norm-calibration",  # the norm as a confidence for retrieval
+    "norms-vs-uncertainty",  # norms against (blended-digit / CIFAR-10H) human uncertainty
+    "identifiability-table",  # Zaliaduonis et al. Table 1: diversity holds / violated / corrected / inverse
+    "constraint-ratio",  # the support-corrected loss as a function of the constraint ratio ρ
+    "augmentation-diversity",  # augmentation regimes × encoder architectures
+)
 
 
 @dataclass(frozen=True)
 class Config:
-    """Settings of the demo (the world, the encoder, the training run)."""
+    """Settings of the demo (the world, the encoder, the training run, and which papers to run)."""
 
     latent_dim: int = 5
     """d: latents live on the sphere S^{d−1}"""
@@ -55,32 +81,21 @@ class Config:
     """held-out anchor/positive pairs for the evaluation table"""
     seed: int = 0
     """seed of the encoder's initialisation and of every batch"""
+    k_gap_groups: int = 96
+    """groups of the paired k-gap estimator for the audit's k-gap plot (Whiteley Props. 1–2)"""
+    papers: tuple[str, ...] = PAPERS
+    """the papers' experiments to run in their --quick form after the audit (empty: the audit only)"""
+    workers: int = 2
+    """processes running the papers' experiments side by side (one torch thread each)"""
 
 
-QUICK = Config(steps=800, eval_size=1000)
+QUICK = Config(steps=800, eval_size=1000, papers=())
 
 
-@dataclass(frozen=True)
-class World:
-    """The sphere world: x = g(z), positives from vMF(z, κ)."""
-
-    g: nn.Module
-    latent_dim: int
-    kappa: float
-
-    def pairs(self, n: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-        """Draw ``n`` anchors and positives: ``(x, x_pos, z)`` with x = g(z), x_pos = g(z̃), z̃ ~ vMF(z, κ)."""
-        z = sample_uniform_sphere(n, self.latent_dim, generator=generator)
-        z_pos = sample_vmf(z, self.kappa, generator=generator)
-        return self.g(z), self.g(z_pos), z
-
-
-def evaluate(encoder: nn.Module, x: Tensor, x_pos: Tensor, z: Tensor, temperature: float) -> dict[str, float]:
-    """Held-out metrics of one encoder (see the module docstring)."""
-    from contrastlab.eval.identifiability import linear_r2
-
+def evaluate(encoder: nn.Module | Any, x: Tensor, x_pos: Tensor, z: Tensor, temperature: float) -> dict[str, float]:
+    """Held-out metrics of one encoder: loss, alignment, uniformity, top-1 retrieval, linear R²."""
     with torch.no_grad():
-        e, e_pos = encoder(x), encoder(x_pos)
+        e, e_pos = encoder(x).float(), encoder(x_pos).float()
         u, u_pos = l2_normalize(e), l2_normalize(e_pos)
         top1 = (u @ u_pos.T).argmax(dim=1).eq(torch.arange(x.shape[0])).float().mean()
         return {
@@ -92,71 +107,149 @@ def evaluate(encoder: nn.Module, x: Tensor, x_pos: Tensor, z: Tensor, temperatur
         }
 
 
-def run(config: Config, out_dir: Path) -> dict:
-    """Train the encoder, evaluate it beside a random one and the ground truth, plot the curve."""
-    # TRY NOT TO MODIFY: seeding — every batch is a pure function of (seed, step).
-    g = make_mixing(config.mixing, config.latent_dim, seed=config.mixing_seed)
-    world = World(g, config.latent_dim, config.kappa)
+def audit(config: Config, out_dir: Path) -> dict[str, Any]:
+    """Part 1: train on the sphere world, evaluate beside a random encoder and g⁻¹, plot the k-gap."""
+    from contrastlab.experiments.k_gap import k_gap_figure
 
+    g = make_mixing(config.mixing, config.latent_dim, seed=config.mixing_seed)
+    world = SphereWorld(d=config.latent_dim, kappa=config.kappa, mixing=g, inverse=g.inverse, seed=config.seed)
+
+    # TRY NOT TO MODIFY: seeding — every batch is a pure function of (seed, step).
     def batch_at(step: int) -> tuple[Tensor, Tensor]:
-        x, x_pos, _ = world.pairs(config.batch_size, step_generator(config.seed, step))
+        x, x_pos, _, _ = world.sample_pairs(config.batch_size, generator=step_generator(config.seed, step))
         return x, x_pos
 
     def loss_fn(model: nn.Module, batch: tuple[Tensor, Tensor]) -> Tensor:
         x, x_pos = batch
-        return info_nce(model(x), model(x_pos), temperature=config.temperature)
+        return info_nce(model(x), model(x_pos), temperature=config.temperature, gather=True)
 
     torch.manual_seed(config.seed)
-    encoder = MLP(g.out_dim, config.hidden, config.embed_dim)
-    random_encoder = MLP(g.out_dim, config.hidden, config.embed_dim)
+    encoder = MLP(world.input_dim, config.hidden, config.embed_dim)
+    random_encoder = MLP(world.input_dim, config.hidden, config.embed_dim)
     random_encoder.load_state_dict(encoder.state_dict())
 
     train_cfg = TrainConfig(steps=config.steps, seed=config.seed, log_every=25, optim=OptimConfig(lr=config.lr))
-    result = fit(encoder, loss_fn, batch_at, train_cfg, out_dir=out_dir / "train")
+    result = fit(encoder, loss_fn, batch_at, train_cfg, out_dir=out_dir)
 
     # Held-out pairs: a stream the training never drew (seed offset by one).
-    x, x_pos, z = world.pairs(config.eval_size, step_generator(config.seed + 1, 0))
+    x, x_pos, z, _ = world.sample_pairs(config.eval_size, generator=step_generator(config.seed + 1, 0))
     rows = {
         "random encoder": evaluate(random_encoder.eval(), x, x_pos, z, config.temperature),
         "trained encoder": evaluate(encoder, x, x_pos, z, config.temperature),
-        "ground truth g⁻¹": evaluate(_Inverse(g), x, x_pos, z, config.temperature),
+        "ground truth g⁻¹": evaluate(world.ground_truth_encoder(), x, x_pos, z, config.temperature),
     }
-    metric_names = list(rows["trained encoder"])
     table = {
         "title": "Held-out audit (lower loss/alignment/uniformity is better; higher retrieval and R²)",
         "columns": ["metric", *rows],
-        "rows": [[m, *(round(rows[k][m], 4) for k in rows)] for m in metric_names],
+        "rows": [[m, *(round(rows[k][m], 4) for k in rows)] for m in rows["trained encoder"]],
     }
-    _print_table(table)
-    figure = _plot_curve(result.history, out_dir / "demo_training.png")
-    t = rows["trained encoder"]
+    _plot_curve(result.history, out_dir / "demo_training.png")
+    curves = k_gap_figure(
+        encoder,
+        world,
+        out_dir / "k_gap.png",
+        temperature=config.temperature,
+        n_groups=config.k_gap_groups,
+        label="trained MLP",
+    )
+    t, gt = rows["trained encoder"], rows["ground truth g⁻¹"]
+    slope = curves["trained MLP"]["slopes"]["pop_minus_risk"]["slope"]
     return {
         "summary": (
             f"An MLP encoder trained for {config.steps} steps with InfoNCE (τ = {config.temperature}) on the "
             f"sphere world (d = {config.latent_dim}, κ = {config.kappa}, mixing '{config.mixing}') reaches a "
-            f"held-out loss of {t['infonce_loss']:.3f} (ground truth {rows['ground truth g⁻¹']['infonce_loss']:.3f}), "
-            f"top-1 retrieval {t['top1_retrieval']:.3f} among {config.eval_size} candidates, and recovers the "
-            f"latents with linear R² = {t['linear_r2']:.3f} (random encoder: {rows['random encoder']['linear_r2']:.3f})."
+            f"held-out loss of {t['infonce_loss']:.3f} (ground truth g⁻¹: {gt['infonce_loss']:.3f}), top-1 "
+            f"retrieval {t['top1_retrieval']:.3f} among {config.eval_size} candidates (g⁻¹: "
+            f"{gt['top1_retrieval']:.3f}), and recovers the latents with linear R² = {t['linear_r2']:.3f} "
+            f"(random encoder: {rows['random encoder']['linear_r2']:.3f})."
         ),
-        "metrics": {f"trained/{k}": v for k, v in t.items()} | {"train_seconds": result.seconds},
+        "metrics": {f"trained/{k}": v for k, v in t.items()}
+        | {"train_seconds": result.seconds}
+        | ({"k_gap_slope": float(slope)} if isinstance(slope, (int, float)) else {}),
         "tables": [table],
-        "figures": [{"file": figure, "caption": "Training loss of the demo encoder (InfoNCE, in-batch negatives)."}],
+        "figures": [
+            {
+                "file": "demo_training.png",
+                "caption": "Training loss of the demo encoder (InfoNCE, in-batch negatives).",
+            },
+            {
+                "file": "k_gap.png",
+                "caption": "Whiteley's k-gap for the trained encoder and for g⁻¹: |population CE − R(φ; k, τ)| and "
+                "the empirical-search gap against k, with the Prop. 1/2 bounds.",
+            },
+        ],
     }
 
 
-class _Inverse(nn.Module):
-    """The ground-truth encoder φ* = g⁻¹ as a module."""
+def _run_paper(name: str, out: str) -> tuple[str, float, str, str | None]:
+    """Worker: run one experiment's quick setting (one torch thread); ``(name, seconds, summary, error)``."""
+    from contrastlab.experiments import run_experiment
 
-    def __init__(self, g: nn.Module) -> None:
-        super().__init__()
-        self.g = g
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    try:
+        res = run_experiment(name, None, out, quick=True)
+        return name, time.perf_counter() - t0, str(res.get("summary", "")), None
+    except Exception as e:  # reported in the demo's table; the other experiments still run
+        return name, time.perf_counter() - t0, "", f"{type(e).__name__}: {e}"
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.g.inverse(x)
 
-
-def _print_table(table: dict) -> None:
+def run(config: Config, out_dir: Path) -> dict:
+    """Audit (part 1), then the papers' quick experiments (part 2), then one report over all of them."""
     from rich.console import Console
+
+    from contrastlab.report import write_report
+
+    console = Console()
+    main_dir = out_dir / "audit"
+    part1 = audit(config, main_dir)
+    write_json_atomic(main_dir / "results.json", {"name": "demo audit", **part1})
+    _print_table(console, part1["tables"][0])
+    console.print(part1["summary"])
+
+    paper_rows: list[list[Any]] = []
+    done_dirs: list[Path] = []
+    if config.papers:
+        console.print(f"\nRunning {len(config.papers)} paper experiments (--quick), {config.workers} at a time …")
+        with ProcessPoolExecutor(max_workers=max(1, config.workers), mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_run_paper, name, str(out_dir / name)) for name in config.papers]
+            for fut in futures:
+                name, seconds, summary, error = fut.result()
+                status = "failed: " + error if error else "ok"
+                console.print(f"  {name:<24} {seconds:6.1f} s  {status}")
+                paper_rows.append([name, round(seconds, 1), status, summary])
+                if error is None:
+                    done_dirs.append(out_dir / name)
+    md, html = write_report([main_dir, *done_dirs], out_dir / "report")
+    console.print(f"\nReport: {html}")
+    return {
+        "summary": part1["summary"]
+        + (
+            f" {len(done_dirs)} of {len(config.papers)} paper experiments ran; see report/report.html."
+            if config.papers
+            else ""
+        ),
+        "metrics": part1["metrics"],
+        "tables": [
+            part1["tables"][0],
+            *(
+                [
+                    {
+                        "title": "Paper experiments (quick settings)",
+                        "columns": ["experiment", "seconds", "status", "summary"],
+                        "rows": paper_rows,
+                    }
+                ]
+                if paper_rows
+                else []
+            ),
+        ],
+        "figures": [{"file": f"audit/{f['file']}", "caption": f["caption"]} for f in part1["figures"]],
+        "report": {"markdown": str(md.relative_to(out_dir)), "html": str(html.relative_to(out_dir))},
+    }
+
+
+def _print_table(console: Any, table: dict) -> None:
     from rich.table import Table
 
     t = Table(title=table["title"])
@@ -164,10 +257,10 @@ def _print_table(table: dict) -> None:
         t.add_column(str(c))
     for r in table["rows"]:
         t.add_row(*(f"{v:.4f}" if isinstance(v, float) else str(v) for v in r))
-    Console().print(t)
+    console.print(t)
 
 
-def _plot_curve(history: list[dict], path: Path) -> str:
+def _plot_curve(history: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -186,4 +279,3 @@ def _plot_curve(history: list[dict], path: Path) -> str:
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    return path.name

@@ -60,8 +60,8 @@ DENSE_MEMORY_BUDGET_BYTES = 1 << 30
 #: Tile side used when ``chunk_size=None`` decides to tile. A 4096 × 4096 float32 tile is 64 MiB (it
 #: stays in the benchmark machine's L3). Smaller, L2-sized tiles were slower there: every tile costs a
 #: few multi-threaded ops, and on a 2-core machine shared with other jobs each op's thread
-#: synchronisation costs milliseconds (N = 16,384, 2 threads, forward + backward: 512 → 11.5×,
-#: 1024 → 5.1×, 2048 → 2.5×, 4096 → 1.6× the matmul limit).
+#: synchronisation costs milliseconds (N = 16,384, 2 threads, forward + backward, two interleaved runs:
+#: 512 → 11.5×, 1024 → 5.1×, 2048 → 2.5×, 4096 → 1.6× the matmul limit; docs/performance.md).
 DEFAULT_CHUNK_SIZE = 4096
 
 # Headroom of the pre-chosen shift: terms are at most e^60, so a row of up to 10^12 terms cannot overflow.

@@ -106,7 +106,7 @@ def test_any_shape_when_asked(tmp_path: Path) -> None:
 
 def test_registered_for_contrastlab_data(tmp_path: Path) -> None:
     spec = DATASETS["cifar10h"]
-    assert spec.splits == ("test",) and CIFAR10H_COUNTS in spec.files["test"]
+    assert spec.splits == ("train", "test") and CIFAR10H_COUNTS in spec.files["test"]
     assert not dataset_available("cifar10h", tmp_path, "test")
     from contrastlab.cli import main
 

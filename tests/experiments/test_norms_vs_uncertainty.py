@@ -68,6 +68,12 @@ def test_auto_picks_cifar10_with_cifar10h(tmp_path: Path) -> None:
     train, ev, name = nv._load(nv.Config(data_root=str(tmp_path)))
     assert name == "cifar10" and len(train) == 100 and ev.images.shape == (60, 3, 32, 32)
     assert torch.allclose(ev.probs, torch.from_numpy(counts / 50.0))
+    # the registry's cifar10h: test images labelled with the human majority, train = CIFAR-10's train split
+    from contrastlab.data import load_dataset
+
+    reg = load_dataset("cifar10h", tmp_path, "test")
+    assert torch.equal(reg.labels, torch.from_numpy(counts.argmax(1))) and torch.equal(reg.images, ev.images)
+    assert len(load_dataset("cifar10h", tmp_path, "train")) == 100
     # augmentation-diversity picks CIFAR-10 from the same folder (it needs no CIFAR-10H)
     from contrastlab.experiments import augmentation_diversity as ad
 
