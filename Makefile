@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/contrastlab run demo
+	$(VENV)/bin/contrastlab run demo --out runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS)

@@ -169,7 +169,8 @@ def dataset_available(name: str, root: str | Path | None = None, split: str | No
     """
     if split is None and name in DATASETS:
         split = DATASETS[name].splits[0]
-    spec = _spec(name, split if split is not None else "train")
+    split = split if split is not None else "train"
+    spec = _spec(name, split)
     if name == "digits":
         return True
     base = default_data_root() if root is None else Path(root).expanduser()

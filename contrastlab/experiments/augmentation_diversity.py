@@ -107,7 +107,7 @@ class Config:
 
 
 QUICK = Config(steps=250, batch_size=128, lr=1e-3, seeds=(0, 1, 2))
-"""≈ 2–4 minutes on 2 shared CPU cores (measured figures in docs/real_images.md)."""
+"""Measured 199 s CPU on one thread (≈ 3.5 min wall on idle cores); numbers in docs/real_images.md."""
 
 FULL_CIFAR10 = Config(
     dataset="cifar10",

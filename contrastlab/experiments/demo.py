@@ -40,16 +40,17 @@ from contrastlab.worlds.mixing import make_mixing
 
 #: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
 PAPERS: tuple[str, ...] = (
-    "k-gap",  # Whiteley: the O(1/k) gap between the InfoNCE risk and the similarity-search CE
-    "continuity-bound",  # Whiteley Prop. 4 on random encoder pairs
-    "generalisation-vs-k",  # Whiteley Thm 1: the generalisation gap against k
-    "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
-    "norm-dynamics",  # Su, Ren & Veitch: the norm recursion, frequency/specificity in the norm
-    "norm-calibration",  # the norm as a confidence for retrieval
-    "norms-vs-uncertainty",  # norms against (blended-digit / CIFAR-10H) human uncertainty
+    # the longest first, so that the two workers finish together
+    "augmentation-diversity",  # Zaliaduonis et al. §4.3: augmentation regimes × encoder architectures
     "identifiability-table",  # Zaliaduonis et al. Table 1: diversity holds / violated / corrected / inverse
     "constraint-ratio",  # the support-corrected loss as a function of the constraint ratio ρ
-    "augmentation-diversity",  # augmentation regimes × encoder architectures
+    "norms-vs-uncertainty",  # Su, Ren & Veitch: norms against (blended-digit / CIFAR-10H) human uncertainty
+    "norm-calibration",  # the norm as a confidence for retrieval
+    "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
+    "norm-dynamics",  # the norm recursion; frequency and specificity in the norm
+    "k-gap",  # Whiteley: the O(1/k) gap between the InfoNCE risk and the similarity-search CE
+    "generalisation-vs-k",  # Whiteley Thm 1: the generalisation gap against k
+    "continuity-bound",  # Whiteley Prop. 4 on random encoder pairs
 )
 
 

@@ -103,7 +103,7 @@ class Config:
 
 
 QUICK = Config(steps=800, batch_size=128, n_blends=1500, n_boot=300)
-"""≈ 1–2 minutes on 2 shared CPU cores on digits (measured figures in docs/real_images.md)."""
+"""Measured 38 s CPU on one thread on digits (≤ 1 min wall on idle cores); numbers in docs/real_images.md."""
 
 
 @dataclass(frozen=True)

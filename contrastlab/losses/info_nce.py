@@ -128,9 +128,17 @@ def info_nce(
     if gather and _distributed_world_size() > 1:
         from contrastlab.distributed import info_nce_gathered
 
-        kw = {"variant": variant, "symmetric": symmetric, "normalize": normalize, "reduction": reduction}
-        kw["chunk_size"] = chunk_size
-        return info_nce_gathered(anchor, positive, negatives, temperature=temperature, **kw)
+        return info_nce_gathered(
+            anchor,
+            positive,
+            negatives,
+            temperature=temperature,
+            variant=variant,
+            symmetric=symmetric,
+            normalize=normalize,
+            reduction=reduction,
+            chunk_size=chunk_size,
+        )
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)
     if not isinstance(normalize, bool):

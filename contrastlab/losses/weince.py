@@ -41,8 +41,8 @@ Differences between the paper's text (the defaults here) and the official code, 
   in training mode (an evaluation pass does not move the state).
 * When an anchor has K ≤ 2 negatives no tail fit is possible; the code then sets ΔAIC = 0 and pivots on
   the median, here ΔAIC = 0, β̂ = 0 and the pivot stays the q-order statistic.
-* Similarities are computed as normalised rows' dot products (``nt_xent_logits``) instead of
-  ``nn.CosineSimilarity`` (which divides by max(‖x‖‖y‖, 1e-8)); they differ only in the last bits.
+* Similarities are computed as normalised rows' dot products instead of ``nn.CosineSimilarity``
+  (which divides by max(‖x‖‖y‖, 1e-8)); they differ only in the last bits.
 * The statistics are computed in float64 from the k_tail largest negatives (float32 on the GPU in
   the code); they agree with a float32 computation to ~1e-3 in λ.
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
@@ -51,6 +51,12 @@ Differences between the paper's text (the defaults here) and the official code, 
 With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by ``nt_xent`` /
 ``info_nce`` themselves, so it equals them bit for bit; the mixing code with a vanishing λ agrees
 with them to rounding (tested).
+
+Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one fused autograd function,
+:class:`_WeinceSimCLR`, on the normalised views and their cosine matrix (the row maximum of ℓ is known
+from the row's largest cosine, so the forward keeps exp(ℓ − c) and dℓ/ds, and the backward is one
+product and two GEMMs). A learnable τ or the auxiliary terms use the NT-Xent logits of
+``nt_xent_logits`` with their autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
 """
 
 from __future__ import annotations
@@ -249,12 +255,11 @@ def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = ()) -> Tensor:
     x = x.detach()
     r, c = x.shape
     if x.device.type == "cpu":
-        xn = x.numpy()
-        if exclude:
-            xn = xn.copy()
-            for cols in exclude:
-                xn[np.arange(r), cols.numpy()] = -np.inf
-        part = np.partition(xn, c - k, axis=1)[:, c - k :]
+        xn = x.numpy().copy()  # the one copy: partitioned in place below
+        for cols in exclude:
+            xn[np.arange(r), cols.numpy()] = -np.inf
+        xn.partition(c - k, axis=1)
+        part = xn[:, c - k :]
         part.sort(axis=1)
         return torch.from_numpy(np.ascontiguousarray(part[:, ::-1]))
     if exclude:
@@ -578,7 +583,7 @@ class _WeinceSimCLR(torch.autograd.Function):
         row_sum = e.sum(dim=1, keepdim=True)
         loss = (c + row_sum.log() - pos_logit).squeeze(1)
         torch.threshold_(u, u_min, float("inf"))  # clamped entries: 1/(1 − s) := 0
-        d = torch.addcdiv(a, b, u)  # dℓ/ds, (R, R)
+        d = u.reciprocal_().mul_(b).add_(a)  # dℓ/ds = a + b/(1 − s), (R, R), in u's memory
         ctx.save_for_backward(k, e, row_sum, d, pos_index)
         return loss
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from torch import Tensor, nn
 
@@ -52,7 +52,11 @@ class MLP(nn.Module):
         ):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        acts = {"relu": nn.ReLU, "leaky_relu": lambda: nn.LeakyReLU(0.2), "gelu": nn.GELU}
+        acts: dict[str, Callable[[], nn.Module]] = {
+            "relu": nn.ReLU,
+            "leaky_relu": lambda: nn.LeakyReLU(0.2),  # the cl-ica slope
+            "gelu": nn.GELU,
+        }
         if activation not in acts:
             raise ValueError(f"activation must be one of {tuple(acts)}, got {activation!r}")
         self.in_dim, self.hidden, self.out_dim = in_dim, tuple(hidden), out_dim
