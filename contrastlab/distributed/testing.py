@@ -244,7 +244,12 @@ def _grads(
     out = fn(leaves)
     loss, state = out if isinstance(out, tuple) else (out, None)
     loss.backward()
-    grads = {k: v.grad for k, v in leaves.items() if v.is_floating_point()}
+    grads: dict[str, Tensor] = {}
+    for k, v in leaves.items():
+        if v.is_floating_point():
+            if v.grad is None:
+                raise RuntimeError(f"input {k!r} received no gradient")
+            grads[k] = v.grad
     return loss.detach(), grads if state is None else {**grads, "state": state.detach()}
 
 
