@@ -121,15 +121,26 @@ def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def _plot_overlay(runs: list[RunData], path: Path) -> bool:
-    """Training loss of every run on one axis; False if fewer than two runs have a loss curve."""
+#: Above this many training curves in one run, they are drawn as one overlay of the losses.
+MAX_CURVE_FIGURES = 3
+#: Above this many loss curves over all runs, the comparison's overlay is left out (it would be unreadable).
+MAX_OVERLAY_SERIES = 12
+
+
+def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
+    """Training loss of every run (and sub-run) on one axis.
+
+    Returns False, drawing nothing, with fewer than two loss curves or more than
+    :data:`MAX_OVERLAY_SERIES` of them.
+    """
     series = []
     for run in runs:
         for label, rows in run.curves.items():
             pts = [(r["step"], r["loss"]) for r in rows if isinstance(r.get("loss"), (int, float))]
             if pts:
-                series.append((run.name if label == "train" else f"{run.name}/{label}", pts))
-    if len(series) < 2:
+                name = label if len(runs) == 1 else (run.name if label == "train" else f"{run.name}/{label}")
+                series.append((name, pts))
+    if len(series) < 2 or len(series) > MAX_OVERLAY_SERIES * (4 if len(runs) == 1 else 1):
         return False
     import matplotlib
 
@@ -142,7 +153,9 @@ def _plot_overlay(runs: list[RunData], path: Path) -> bool:
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7 if len(series) > 8 else 8, ncol=2 if len(series) > 8 else 1)
+    if title:
+        ax.set_title(title, fontsize=10)
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, dpi=100, format="png")
@@ -286,10 +299,16 @@ def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) ->
         else:
             sec.md.append(f"*(figure {f.get('file')} is missing from {run.path})*\n")
             sec.html.append(f"<p><em>figure {html.escape(str(f.get('file')))} is missing</em></p>")
-    for label, rows in run.curves.items():
-        png = out_dir / f"curves_{tag}_{_slug(label)}.png"
-        _plot_curves(rows, f"{run.name}: {label} ({len(rows)} logged steps)", png)
-        figures.append(_Figure(png, f"Training curves of {run.name} ({label}/metrics.jsonl) against the step."))
+    if len(run.curves) > MAX_CURVE_FIGURES:
+        # many sub-runs (seeds, cells of a table): one overlay of their losses, not one figure each
+        png = out_dir / f"curves_{tag}_overlay.png"
+        if _plot_overlay([run], png, title=f"{run.name}: training loss of {len(run.curves)} sub-runs"):
+            figures.append(_Figure(png, f"Training loss of each of the {len(run.curves)} trainings of {run.name}."))
+    else:
+        for label, rows in run.curves.items():
+            png = out_dir / f"curves_{tag}_{_slug(label)}.png"
+            _plot_curves(rows, f"{run.name}: {label} ({len(rows)} logged steps)", png)
+            figures.append(_Figure(png, f"Training curves of {run.name} ({label}/metrics.jsonl) against the step."))
     for fig in figures:
         figure_no[0] += 1
         sec.figure(fig, out_dir, figure_no[0])
@@ -301,12 +320,36 @@ def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) ->
 
 
 def _comparison(runs: list[RunData]) -> tuple[list[str], list[list[Any]]]:
+    """Metrics that at least two runs report, one column per run that has any of them."""
     per_run = [r.results.get("metrics") or {} for r in runs]
-    shared = [k for k in per_run[0] if all(k in m for m in per_run[1:])] if per_run else []
-    if not shared:  # nothing in common: show the union, blanks where a run lacks a metric
-        shared = list(dict.fromkeys(k for m in per_run for k in m))
-    columns = ["metric", *[r.name for r in runs]]
-    return columns, [[k, *[m.get(k) for m in per_run]] for k in shared]
+    keys = list(dict.fromkeys(k for m in per_run for k in m))
+    shared = [k for k in keys if sum(k in m for m in per_run) >= 2]
+    cols = [i for i, m in enumerate(per_run) if any(k in m for k in shared)]
+    columns = ["metric", *[runs[i].name for i in cols]]
+    return columns, [[k, *[per_run[i].get(k) for i in cols]] for k in shared]
+
+
+def _first_sentence(text: str, limit: int = 240) -> str:
+    text = " ".join(str(text).split())
+    # a sentence ends at ". " before a capital letter, but not after "et al." or "e.g."/"i.e."
+    m = re.search(r"(?<!et al\.)(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s(?=[A-Z(])", text)
+    head = text[: m.start()] if m else text
+    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+
+
+def _overview(runs: list[RunData]) -> tuple[list[str], list[list[Any]]]:
+    """One row per run: its name, runtime and the first sentence of its summary."""
+    rows = []
+    for r in runs:
+        rt = r.results.get("runtime_s")
+        rows.append(
+            [
+                r.name,
+                f"{float(rt):.1f} s" if isinstance(rt, (int, float)) else "—",
+                _first_sentence(r.results.get("summary", "")),
+            ]
+        )
+    return ["run", "runtime", "summary"], rows
 
 
 def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -> tuple[Path, Path]:
@@ -340,10 +383,11 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
     sections: list[_Section] = []
     figure_no = [0]
     if len(runs) > 1:
-        cmp = _Section(title="Comparison")
+        cmp = _Section(title="Overview")
+        cmp.table(None, *_overview(runs))
         columns, rows = _comparison(runs)
         if rows:
-            cmp.table("Headline metrics side by side", columns, rows)
+            cmp.table("Metrics reported by more than one run", columns, rows)
         overlay = out / "curves_overlay.png"
         if _plot_overlay(runs, overlay):
             figure_no[0] += 1
