@@ -42,7 +42,7 @@ __all__ = [
     "run_job",
 ]
 
-LOSS_NAMES = ("info_nce", "dcl", "nt_xent", "supcon")
+LOSS_NAMES = ("info_nce", "dcl", "nt_xent", "supcon", "weince")
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,9 @@ class EncoderConfig:
 class LossConfig:
     """The contrastive loss."""
 
-    name: Literal["info_nce", "dcl", "nt_xent", "supcon"] = "info_nce"
-    """info_nce, dcl (InfoNCE without the positive in the denominator), nt_xent (SimCLR), supcon"""
+    name: Literal["info_nce", "dcl", "nt_xent", "supcon", "weince"] = "info_nce"
+    """info_nce, dcl (InfoNCE without the positive in the denominator), nt_xent (SimCLR), supcon, or weince
+    (extreme-value-corrected NT-Xent, the paper's per-anchor β̂ and default statistics)"""
     temperature: float = 0.1
     """softmax temperature τ"""
     symmetric: bool = False
@@ -257,6 +258,8 @@ def _loss_value(
         )
     if config.name == "nt_xent":
         return losses.nt_xent(a, p, temperature=config.temperature, gather=gather)
+    if config.name == "weince":
+        return losses.weince(a, p, temperature=config.temperature, gather=gather)
     if "labels" not in batch:
         raise ValueError("loss.name is 'supcon' but the dataset gives no labels")
     labels = batch["labels"]

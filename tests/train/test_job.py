@@ -61,3 +61,21 @@ def test_run_job_writes_config_results_and_is_deterministic(tmp_path: Path) -> N
     assert (tmp_path / "a" / "config.json").is_file() and (tmp_path / "a" / "results.json").is_file()
     with pytest.raises(ConfigError, match="data.name"):
         run_job(JobConfig(data=DataConfig(name="cifar99")), tmp_path / "c")
+
+
+def test_weince_job_trains_and_evaluates(tmp_path):
+    from contrastlab.train.dataconf import from_dict
+    from contrastlab.train.job import JobConfig, run_job
+
+    cfg = from_dict(
+        JobConfig,
+        {
+            "data": {"name": "sphere", "latent_dim": 3, "mixing": "identity", "batch_size": 96},
+            "loss": {"name": "weince", "temperature": 0.5},
+            "encoder": {"hidden": [16], "out_dim": 3},
+            "train": {"steps": 5, "log_every": 5, "progress": False},
+            "eval": {"n": 192},
+        },
+    )
+    res = run_job(cfg, tmp_path)
+    assert res["metrics"]["train_loss"] is not None and res["metrics"]["eval_loss"] > 0
