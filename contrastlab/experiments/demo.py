@@ -203,8 +203,9 @@ def run(config: Config, out_dir: Path) -> dict:
 
     console = Console()
     main_dir = out_dir / "audit"
+    t0 = time.perf_counter()
     part1 = audit(config, main_dir)
-    write_json_atomic(main_dir / "results.json", {"name": "demo audit", **part1})
+    write_json_atomic(main_dir / "results.json", {"name": "demo audit", **part1, "runtime_s": time.perf_counter() - t0})
     _print_table(console, part1["tables"][0])
     console.print(part1["summary"])
 
