@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -259,7 +259,8 @@ def _loss_value(
     if config.name == "nt_xent":
         return losses.nt_xent(a, p, temperature=config.temperature, gather=gather)
     if config.name == "weince":
-        return losses.weince(a, p, temperature=config.temperature, gather=gather)
+        # return_stats=False (the default) returns the loss alone
+        return cast(Tensor, losses.weince(a, p, temperature=config.temperature, gather=gather))
     if "labels" not in batch:
         raise ValueError("loss.name is 'supcon' but the dataset gives no labels")
     labels = batch["labels"]
