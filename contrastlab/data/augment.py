@@ -109,7 +109,8 @@ class Augmentation:
         return {}
 
     def _apply(self, x: Tensor, params: Params) -> Tensor:
-        raise NotImplementedError
+        """The transform of the selected samples; every op overrides it (Compose overrides ``apply``)."""
+        raise NotImplementedError(f"{type(self).__name__} must override _apply (an abstract hook of the base class)")
 
     def sample(self, batch: int, height: int, width: int, generator: torch.Generator) -> Params:
         """Draw the parameters of ``batch`` samples of size ``height × width`` on the CPU.

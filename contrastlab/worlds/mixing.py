@@ -24,6 +24,7 @@ References:
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable
 
@@ -93,7 +94,7 @@ def _check_input(name: str, x: object, dim: int) -> Tensor:
     return x
 
 
-class Mixing(nn.Module):
+class Mixing(nn.Module, abc.ABC):
     """Base class of the generators: frozen, float64 inside, ``forward`` and ``inverse`` checked.
 
     Subclasses implement ``_forward`` and ``_inverse`` on float64 tensors.
@@ -124,11 +125,13 @@ class Mixing(nn.Module):
         _check_input("x", x, self.out_dim)
         return self._inverse(x.to(torch.float64)).to(x.dtype)
 
-    def _forward(self, z: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _forward(self, z: Tensor) -> Tensor:
+        """G on float64 latents ``(N, in_dim)``."""
 
-    def _inverse(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _inverse(self, x: Tensor) -> Tensor:
+        """g⁻¹ on float64 observations ``(N, out_dim)``."""
 
 
 class IdentityMixing(Mixing):
