@@ -29,27 +29,23 @@ import torch
 from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab._checks import check_choice, check_positive_float, compute_dtype
+from contrastlab._checks import compute_dtype
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
     l2_normalize,
     resolve_inverse_temperature,
 )
 from contrastlab.losses.weince import (
-    BETA_MODES,
     GlobalBetaConfig,
     WEINCEStats,
     _anchor_tail_stats,
-    _check_int,
-    _check_tail_options,
     _top_values,
-    _validate_inputs,
     _weibit,
     global_tail_beta,
     tail_size,
     update_beta_ema,
+    validate_weince_args,
     weince,
 )
 
@@ -134,26 +130,20 @@ def weince_gathered(
             reduction=reduction,
             return_stats=return_stats,
         )
-    # The same validation as weince (its private checks, so the messages are the same).
-    _validate_inputs(z_a, z_b, negatives)
-    check_choice("beta_mode", beta_mode, BETA_MODES)
-    check_choice("reduction", reduction, REDUCTIONS)
-    _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
-    if fixed_lambda is not None and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1:
-        raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
-    _check_int("aux_top_m", aux_top_m, minimum=0)
-    check_positive_float("aux_weight", aux_weight, allow_zero=True)
-    if not isinstance(global_beta, GlobalBetaConfig):
-        raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
-    if isinstance(beta_ema, Tensor) and beta_ema.numel() != 1:
-        raise ValueError(f"beta_ema must be a scalar, got a tensor of shape {tuple(beta_ema.shape)}")
-    if beta_ema is None:
-        beta_prev = global_beta.init
-    else:
-        value = float(beta_ema.detach()) if isinstance(beta_ema, Tensor) else beta_ema
-        beta_prev = check_positive_float("beta_ema", value)
-    if not isinstance(return_stats, bool):
-        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
+    beta_prev = validate_weince_args(
+        z_a,
+        z_b,
+        negatives,
+        beta_mode=beta_mode,
+        reduction=reduction,
+        tail_options=(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps),
+        fixed_lambda=fixed_lambda,
+        aux_top_m=aux_top_m,
+        aux_weight=aux_weight,
+        global_beta=global_beta,
+        beta_ema=beta_ema,
+        return_stats=return_stats,
+    )
 
     dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
     device = z_a.device

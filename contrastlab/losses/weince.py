@@ -597,6 +597,54 @@ class _WeinceSimCLR(torch.autograd.Function):
         return dk, None, None, None, None, None, None
 
 
+def validate_weince_args(
+    z_a: Tensor,
+    z_b: Tensor,
+    negatives: Tensor | None,
+    *,
+    beta_mode: str,
+    reduction: str,
+    tail_options: tuple[float, float, int, float, float, float, float],
+    fixed_lambda: float | None,
+    aux_top_m: int,
+    aux_weight: float,
+    global_beta: GlobalBetaConfig,
+    beta_ema: float | Tensor | None,
+    return_stats: bool,
+) -> float:
+    """Validate :func:`weince`'s arguments (shared with the gathered version) and return the previous β_t.
+
+    ``tail_options`` is ``(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)``.
+
+    Raises:
+        TypeError, ValueError: an invalid argument, named in the message.
+    """
+    _validate_inputs(z_a, z_b, negatives)
+    check_choice("beta_mode", beta_mode, BETA_MODES)
+    check_choice("reduction", reduction, REDUCTIONS)
+    _check_tail_options(*tail_options)
+    if (
+        fixed_lambda is not None
+        and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0
+    ):
+        raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
+    _check_int("aux_top_m", aux_top_m, minimum=0)
+    check_positive_float("aux_weight", aux_weight, allow_zero=True)
+    if not isinstance(global_beta, GlobalBetaConfig):
+        raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
+    if beta_ema is None:
+        beta_prev = global_beta.init
+    elif isinstance(beta_ema, Tensor):
+        if beta_ema.numel() != 1:
+            raise ValueError(f"beta_ema must be a scalar, got a tensor of shape {tuple(beta_ema.shape)}")
+        beta_prev = check_positive_float("beta_ema", float(beta_ema.detach()))
+    else:
+        beta_prev = check_positive_float("beta_ema", beta_ema)
+    if not isinstance(return_stats, bool):
+        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
+    return beta_prev
+
+
 def weince(
     z_a: Tensor,
     z_b: Tensor,
@@ -693,29 +741,20 @@ def weince(
             reduction=reduction,
             return_stats=return_stats,
         )
-    _validate_inputs(z_a, z_b, negatives)
-    check_choice("beta_mode", beta_mode, BETA_MODES)
-    check_choice("reduction", reduction, REDUCTIONS)
-    _check_tail_options(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps)
-    if (
-        fixed_lambda is not None
-        and not 0.0 <= check_positive_float("fixed_lambda", fixed_lambda, allow_zero=True) <= 1.0
-    ):
-        raise ValueError(f"fixed_lambda must be None or in [0, 1], got {fixed_lambda}")
-    _check_int("aux_top_m", aux_top_m, minimum=0)
-    check_positive_float("aux_weight", aux_weight, allow_zero=True)
-    if not isinstance(global_beta, GlobalBetaConfig):
-        raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
-    if beta_ema is None:
-        beta_prev = global_beta.init
-    elif isinstance(beta_ema, Tensor):
-        if beta_ema.numel() != 1:
-            raise ValueError(f"beta_ema must be a scalar, got a tensor of shape {tuple(beta_ema.shape)}")
-        beta_prev = check_positive_float("beta_ema", float(beta_ema.detach()))
-    else:
-        beta_prev = check_positive_float("beta_ema", beta_ema)
-    if not isinstance(return_stats, bool):
-        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
+    beta_prev = validate_weince_args(
+        z_a,
+        z_b,
+        negatives,
+        beta_mode=beta_mode,
+        reduction=reduction,
+        tail_options=(q, tail_frac, min_tail, kappa_rho, kappa_aic, margin, eps),
+        fixed_lambda=fixed_lambda,
+        aux_top_m=aux_top_m,
+        aux_weight=aux_weight,
+        global_beta=global_beta,
+        beta_ema=beta_ema,
+        return_stats=return_stats,
+    )
 
     dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
     device = z_a.device
