@@ -16,6 +16,7 @@ __all__ = [
     "check_positive_float",
     "check_same_device",
     "check_choice",
+    "check_bool",
     "check_labels",
     "compute_dtype",
 ]
@@ -70,6 +71,13 @@ def check_choice(name: str, value: object, choices: tuple[str, ...]) -> str:
     """Validate that ``value`` is one of ``choices`` and return it."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Validate a flag (a real ``bool``, not a truthy object) and return it."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
 
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab._checks import (
+    check_bool,
     check_choice,
     check_embeddings,
     check_positive_float,
@@ -55,8 +56,7 @@ def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, varian
             f"positive must have the same shape as anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
         )
     check_choice("variant", variant, VARIANTS)
-    if not isinstance(symmetric, bool):
-        raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
+    check_bool("symmetric", symmetric)
     n, d = anchor.shape
     if negatives is None:
         if variant == "dcl" and n < 2:
@@ -141,8 +141,7 @@ def info_nce(
         )
     _validate(anchor, positive, negatives, variant, symmetric)
     check_choice("reduction", reduction, REDUCTIONS)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_bool("normalize", normalize)
     chunk_size = tiled.check_chunk_size(chunk_size)
     dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
     inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
@@ -229,16 +228,13 @@ class InfoNCELoss(nn.Module):
             temperature = check_positive_float("temperature", temperature)
         self.temperature = temperature
         self.variant = check_choice("variant", variant, VARIANTS)
-        if not isinstance(symmetric, bool):
-            raise TypeError(f"symmetric must be a bool, got {type(symmetric).__name__}")
-        if not isinstance(normalize, bool):
-            raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+        check_bool("symmetric", symmetric)
+        check_bool("normalize", normalize)
         self.symmetric = symmetric
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        if not isinstance(gather, bool):
-            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        check_bool("gather", gather)
         self.gather = gather
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:

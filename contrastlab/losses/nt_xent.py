@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab._checks import (
+    check_bool,
     check_choice,
     check_embeddings,
     check_positive_float,
@@ -106,8 +107,7 @@ def nt_xent(
         raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
     check_same_device(z_a=z_a, z_b=z_b)
     check_choice("reduction", reduction, REDUCTIONS)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_bool("normalize", normalize)
     chunk_size = tiled.check_chunk_size(chunk_size)
     dtype = compute_dtype(z_a, z_b)
     inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
@@ -142,13 +142,11 @@ class NTXentLoss(nn.Module):
         if not isinstance(temperature, (nn.Module, Tensor)):
             temperature = check_positive_float("temperature", temperature)
         self.temperature = temperature
-        if not isinstance(normalize, bool):
-            raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+        check_bool("normalize", normalize)
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        if not isinstance(gather, bool):
-            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        check_bool("gather", gather)
         self.gather = gather
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:

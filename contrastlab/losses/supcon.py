@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab._checks import (
+    check_bool,
     check_choice,
     check_embeddings,
     check_labels,
@@ -68,8 +69,7 @@ def supcon(
     labels = check_labels("labels", labels, embeddings.shape[0])
     check_same_device(embeddings=embeddings, labels=labels)
     check_choice("reduction", reduction, REDUCTIONS)
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_bool("normalize", normalize)
     dtype = compute_dtype(embeddings)
     inv_t = resolve_inverse_temperature(temperature, dtype, embeddings.device)
 
@@ -105,12 +105,10 @@ class SupConLoss(nn.Module):
         if not isinstance(temperature, (nn.Module, Tensor)):
             temperature = check_positive_float("temperature", temperature)
         self.temperature = temperature
-        if not isinstance(normalize, bool):
-            raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+        check_bool("normalize", normalize)
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
-        if not isinstance(gather, bool):
-            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        check_bool("gather", gather)
         self.gather = gather
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:

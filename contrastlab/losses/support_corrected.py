@@ -32,7 +32,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from contrastlab._checks import check_choice, check_embeddings, check_positive_float
+from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float
 from contrastlab.losses._common import REDUCTIONS, TemperatureLike
 from contrastlab.losses.info_nce import VARIANTS, info_nce
 from contrastlab.worlds.restricted import sample_restricted_positive, sample_uniform_slice
@@ -101,8 +101,7 @@ class SupportCorrectedInfoNCELoss(nn.Module):
         super().__init__()
         self.temperature = check_positive_float("temperature", temperature)
         self.variant = check_choice("variant", variant, VARIANTS)
-        if not isinstance(normalize, bool):
-            raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+        check_bool("normalize", normalize)
         self.normalize = normalize
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
 

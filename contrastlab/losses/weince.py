@@ -72,6 +72,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab._checks import (
+    check_bool,
     check_choice,
     check_embeddings,
     check_positive_float,
@@ -640,8 +641,7 @@ def validate_weince_args(
         beta_prev = check_positive_float("beta_ema", float(beta_ema.detach()))
     else:
         beta_prev = check_positive_float("beta_ema", beta_ema)
-    if not isinstance(return_stats, bool):
-        raise TypeError(f"return_stats must be a bool, got {type(return_stats).__name__}")
+    check_bool("return_stats", return_stats)
     return beta_prev
 
 
@@ -917,8 +917,7 @@ class WEINCELoss(nn.Module):
             raise TypeError(f"global_beta must be a GlobalBetaConfig, got {type(global_beta).__name__}")
         self.global_beta = global_beta
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
-        if not isinstance(gather, bool):
-            raise TypeError(f"gather must be a bool, got {type(gather).__name__}")
+        check_bool("gather", gather)
         self.gather = gather  # under torch.distributed: weince_gathered (every rank's β_t state moves alike)
         self.register_buffer("beta_ema", torch.tensor(float(global_beta.init), dtype=torch.float64))
         self.last_stats: WEINCEStats | None = None
