@@ -20,6 +20,7 @@ Not Enough" (Zaliaduonis et al. 2026, §5): ``simclr_all``, ``crop_only`` and ``
 
 from __future__ import annotations
 
+import abc
 import math
 from collections.abc import Callable, Sequence
 
@@ -83,7 +84,7 @@ def _check_generator(generator: object) -> torch.Generator:
     return generator
 
 
-class Augmentation:
+class Augmentation(abc.ABC):
     """Base class: a random image transform applied to each sample with probability ``p``.
 
     Subclasses implement ``_sample`` (parameters for all ``B`` samples, each a tensor with leading
@@ -108,9 +109,9 @@ class Augmentation:
     def _sample(self, batch: int, height: int, width: int, generator: torch.Generator) -> Params:
         return {}
 
+    @abc.abstractmethod
     def _apply(self, x: Tensor, params: Params) -> Tensor:
-        """The transform of the selected samples; every op overrides it (Compose overrides ``apply``)."""
-        raise NotImplementedError(f"{type(self).__name__} must override _apply (an abstract hook of the base class)")
+        """The transform of the selected samples ``x`` with their parameters ``params``."""
 
     def sample(self, batch: int, height: int, width: int, generator: torch.Generator) -> Params:
         """Draw the parameters of ``batch`` samples of size ``height × width`` on the CPU.
@@ -212,17 +213,24 @@ class Compose(Augmentation):
         """
         x = _check_images(x)
         chain = params["apply"]
+        masked = dict(params)
+        size = tuple(x.shape[2:])
         for i, op in enumerate(self.ops):
-            p = self.op_params(params, i)
-            size = tuple(x.shape[2:])
-            if op.out_size(*size) == size:
-                p["apply"] = p["apply"] & chain
+            out = op.out_size(*size)
+            if out == size:
+                masked[f"{i}.apply"] = params[f"{i}.apply"] & chain
             elif not bool(chain.all()):
                 raise ValueError(
                     f"p must be 1 for a Compose whose op {type(op).__name__} changes the image size "
-                    f"({size} -> {op.out_size(*size)}), else skipped samples would keep the old size"
+                    f"({size} -> {out}), else skipped samples would keep the old size"
                 )
-            x = op.apply(x, p)
+            size = out
+        return self._apply(x, masked)
+
+    def _apply(self, x: Tensor, params: Params) -> Tensor:
+        """Run the ops in order, each with its own parameters (masks already combined with the chain's)."""
+        for i, op in enumerate(self.ops):
+            x = op.apply(x, self.op_params(params, i))
         return x
 
 
