@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -286,14 +287,18 @@ def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], 
 
 
 def _linear_r2(emb: Tensor, latent: Tensor) -> float:
-    """R² of the least-squares affine map from embeddings to true latents (float64), averaged over dims."""
-    x = torch.cat([emb.double(), torch.ones(emb.shape[0], 1, dtype=torch.float64, device=emb.device)], dim=1)
-    y = latent.double()
-    coef = torch.linalg.lstsq(x.cpu(), y.cpu()).solution
-    resid = y.cpu() - x.cpu() @ coef
-    ss_res = resid.pow(2).sum(0)
-    ss_tot = (y.cpu() - y.cpu().mean(0)).pow(2).sum(0)
-    return float((1 - ss_res / ss_tot).mean())
+    """R² of the least-squares affine map from embeddings to true latents (float64), averaged over dims.
+
+    Solved with numpy (LAPACK through OpenBLAS): MKL's ``torch.linalg.lstsq`` gave last-bit differences
+    for the same inputs at different memory addresses, which broke bit-identical reruns.
+    """
+    e = emb.detach().double().cpu().numpy()
+    x = np.concatenate([e, np.ones((e.shape[0], 1))], axis=1)
+    y = latent.detach().double().cpu().numpy()
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    ss_res = ((y - x @ coef) ** 2).sum(axis=0)
+    ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
+    return float((1.0 - ss_res / ss_tot).mean())
 
 
 def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, int], dict[str, float]]:
