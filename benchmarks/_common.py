@@ -186,9 +186,9 @@ def print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
 
 TEMPERATURE = 0.1
 #: Largest N each implementation is run at (their N × N logits and gradients, or PML's N³ pair
-#: tensors, grow past this machine's memory or patience); the tiled kernel runs at every size.
+#: tensors, grow past this machine's memory or patience); contrastlab's two paths run at every size.
 MAX_N = {
-    "contrastlab dense": 16384,
+    "contrastlab dense": 1 << 30,
     "contrastlab tiled": 1 << 30,
     "plain PyTorch": 16384,
     "info-nce-pytorch": 16384,
@@ -216,18 +216,10 @@ def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = N
     n = a.shape[0]
     labels = torch.arange(n)
     if impl == "contrastlab dense":
-        # chunk_size=None is dense up to the memory budget (N = 8,192); the benchmark compares the
-        # dense path beyond it too, so it calls the dense building blocks the loss itself uses.
+        # The public API with chunk_size=None: for a mean loss with a backward it streams blocks of rows
+        # and computes the gradient ahead (dense_row_lse(grad_ahead=True)), at every size.
         def loss() -> torch.Tensor:
-            q = tiled.normalize_scale(a, 1.0 / TEMPERATURE)
-            k = tiled.normalize_scale(p)
-            pos = (q * k).sum(dim=1)
-            return (tiled.dense_row_lse(q, k, diagonal=pos) - pos).mean()
-
-        if n * n * 8 <= tiled.DENSE_MEMORY_BUDGET_BYTES:
-
-            def loss() -> torch.Tensor:  # the public API, which takes the same path at this size
-                return info_nce(a, p, temperature=TEMPERATURE)
+            return info_nce(a, p, temperature=TEMPERATURE)
     elif impl == "contrastlab tiled":
         chunk = block or tiled.DEFAULT_CHUNK_SIZE
 

@@ -3,8 +3,9 @@
 For each N the script times, in one process and interleaved (A B C … A B C …), the three GEMMs an
 exact forward + backward must do (the *matmul limit*) and one forward + backward of every
 implementation that fits at that size, and prints one markdown table: median time and its ratio to
-the limit. Sizes from 65,536 up run the tiled kernel only, once, without warm-up, in a child process
-that also reports its peak resident memory and times the limit (in row stripes).
+the limit. Sizes from 65,536 up run contrastlab's dense (streamed) and tiled paths only, once each,
+without warm-up, in child processes that also report their peak resident memory and time the limit
+(in row stripes).
 
 Usage:
     python benchmarks/loss_speed.py                       # every size (the big ones take minutes)
@@ -27,8 +28,10 @@ SIZES = (256, 1024, 4096, 16384, 65536, 131072)
 D = 128
 # Repeats per size (medians of these); sizes >= 65,536 run once.
 REPEATS = {256: 30, 1024: 15, 4096: 7, 16384: 3}
-# From this N on only the tiled kernel runs, once, in a child process (which also reports its peak RSS).
+# From this N on only contrastlab's two paths run, once each, in a child process (which also reports its
+# peak RSS); the others' N × N logits do not fit in memory.
 BIG = 65536
+BIG_IMPLS = ("contrastlab dense", "contrastlab tiled")
 
 
 def small_row(n: int, args: argparse.Namespace) -> list[str]:
@@ -56,25 +59,30 @@ def small_row(n: int, args: argparse.Namespace) -> list[str]:
 
 
 def big_row(here: str, n: int, args: argparse.Namespace) -> list[str]:
-    """The tiled kernel alone, once, in a child process that also reports its peak RSS and the limit."""
+    """contrastlab's paths alone, once each, in child processes that also report peak RSS and the limit."""
     extra = ["--block", str(args.block)] if args.block else []
-    res = C.run_child([here, "--child", str(n), "--dim", str(args.dim), "--threads", str(args.threads), *extra])
-    row = [f"{n:,}", C.fmt_time(res.get("limit"))]
+    row = [f"{n:,}", "—"]
+    peaks = []
     for impl in args.impls:
-        if impl != "contrastlab tiled":
+        if impl not in BIG_IMPLS:
             row.append("—")
-        elif "error" in res:
+            continue
+        argv = [here, "--child", str(n), "--child-impl", impl, "--dim", str(args.dim), "--threads", str(args.threads)]
+        res = C.run_child([*argv, *extra])
+        if "error" in res:
             row.append(res["error"])
-        else:
-            row.append(f"{C.fmt_time(res['seconds'])} ({res['seconds'] / res['limit']:.2f}×)")
-    row.append(f"single run; tiled peak RSS {C.fmt_bytes(res.get('peak'))}")
+            continue
+        row[1] = C.fmt_time(res["limit"])
+        row.append(f"{C.fmt_time(res['seconds'])} ({res['seconds'] / res['limit']:.2f}×)")
+        peaks.append(f"{impl.removeprefix('contrastlab ')} {C.fmt_bytes(res['peak'])}")
+    row.append(f"single run; peak RSS {', '.join(peaks)}")
     return row
 
 
-def child(n: int, d: int, block: int | None) -> None:
-    """One tiled forward + backward at size N (its time and peak RSS), then the matmul limit; JSON out."""
+def child(n: int, impl: str, d: int, block: int | None) -> None:
+    """One forward + backward of ``impl`` at size N (its time and peak RSS), then the matmul limit; JSON out."""
     a, p = C.make_inputs(n, d)
-    step = C.make_step("contrastlab tiled", a, p, block)
+    step = C.make_step(impl, a, p, block)
     seconds = C.time_once(step)
     peak = C.peak_rss_bytes()  # before the limit's stripes are allocated
     lim_fn, scale = C.matmul_limit_fn(n, d)
@@ -93,11 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=None, help="tile side of the tiled kernel (default: library's)")
     ap.add_argument("--impls", nargs="+", default=list(C.IMPLS), choices=C.IMPLS, help="implementations")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--child-impl", default="contrastlab tiled", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     C.set_threads(args.threads)
     if args.child:
-        child(args.child, args.dim, args.block)
+        child(args.child, args.child_impl, args.dim, args.block)
         return 0
     print(f"machine: {C.machine()}")
     print(f"command: python benchmarks/loss_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}")

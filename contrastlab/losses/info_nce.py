@@ -160,10 +160,11 @@ def info_nce(
 
     if negatives is None:
         exclude = variant == "dcl"
-        block = tiled.plan_chunk_size(n, n, itemsize, chunk_size, budget)
+        keep = symmetric or tiled.keeps_logits(reduction, q, k)  # the symmetric dense form holds all logits
+        block = tiled.plan_chunk_size(n, n, itemsize, chunk_size, budget, keeps_logits=keep)
         if not symmetric:
             if block is None:
-                lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos)
+                lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos, grad_ahead=not keep)
             else:
                 lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
             loss = lse - pos
@@ -183,9 +184,11 @@ def info_nce(
         if normalize:
             negs = tiled.normalize_scale(negs)
         if negs.ndim == 2:
-            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk_size, budget)
+            # InfoNCE's logaddexp with the positive weights the rows' LSE unequally ("none"); DCL does not.
+            keep = tiled.keeps_logits("none" if variant == "infonce" else reduction, q, negs)
+            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk_size, budget, keeps_logits=keep)
             if block is None:
-                neg_lse = tiled.dense_row_lse(q, negs)  # (N,) over the (N, M) logits
+                neg_lse = tiled.dense_row_lse(q, negs, grad_ahead=not keep)  # (N,) over the (N, M) logits
             else:
                 neg_lse = tiled.tiled_lse(q, negs, block=block)
         else:

@@ -118,9 +118,12 @@ def nt_xent(
     q = k * inv_t
     pos = (q * k.roll(n, dims=0)).sum(dim=1)  # row i's partner view is row (i + N) mod 2N
     itemsize = torch.finfo(dtype).bits // 8
-    block = tiled.plan_chunk_size(2 * n, 2 * n, itemsize, chunk_size, tiled.DENSE_MEMORY_BUDGET_BYTES)
+    keep = tiled.keeps_logits(reduction, q, k)
+    block = tiled.plan_chunk_size(
+        2 * n, 2 * n, itemsize, chunk_size, tiled.DENSE_MEMORY_BUDGET_BYTES, keeps_logits=keep
+    )
     if block is None:
-        lse = tiled.dense_row_lse(q, k, exclude_diagonal=True)  # a view is never its own candidate
+        lse = tiled.dense_row_lse(q, k, exclude_diagonal=True, grad_ahead=not keep)  # never a view's own self
     else:
         lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)
     loss = lse - pos

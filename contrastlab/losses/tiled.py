@@ -10,7 +10,11 @@ row (and, for CLIP's symmetric loss, column) log-sum-exp of the N × M matrix ``
   ``E = exp(S − c)`` and the row sums ``s`` are kept. The backward is exactly two GEMMs and no
   elementwise pass over the N × M buffer, because the softmax is ``E_ij / s_i`` and the per-row
   factor ``g_i / s_i`` can be applied to the (N, D) operands instead:
-  ``∂Q = diag(g/s) E K`` and ``∂K = Eᵀ diag(g/s) Q``.
+  ``∂Q = diag(g/s) E K`` and ``∂K = Eᵀ diag(g/s) Q``. When every row will get the same upstream
+  gradient (a mean or sum of the row losses, :func:`uniform_row_grad`), ``grad_ahead=True`` runs
+  those two GEMMs in the forward, on each block of rows while it is still in cache, so that the N × M
+  buffer is never allocated: the three GEMMs of forward + backward then run back to back on cached
+  data (the fastest path; ``benchmarks/loss_speed.py``).
 * **tiled** (:func:`tiled_lse`, :func:`tiled_per_anchor_lse`): the online softmax of Milakov &
   Gimelshein (2018) / FlashAttention (Dao et al. 2022, Alg. 1) on the CPU: the matrix is visited in
   ``block × block`` tiles (per-anchor negatives: ``N × block``), a running maximum and a running sum
@@ -19,7 +23,8 @@ row (and, for CLIP's symmetric loss, column) log-sum-exp of the N × M matrix ``
 
 The row shift ``c_i`` (both paths) is chosen *before* the sweep, so that the subtraction is folded
 into the GEMM as an extra coordinate (``[q_i, −c_i]·[k_j, 1] = S_ij − c_i``) and each tile costs one
-GEMM, one ``exp`` and one sum. The shift ``c_i = max(S_i,ref, ū_i − 60)`` uses a logit ``S_i,ref`` of
+GEMM, one ``exp`` and one sum; when every logit is known to lie in [−60, 60] (unit vectors and
+τ ≥ 1/60, the usual case) no shift is needed at all and the GEMM is the plain ``Q Kᵀ``. The shift ``c_i = max(S_i,ref, ū_i − 60)`` uses a logit ``S_i,ref`` of
 the row (a lower bound of the row maximum) and the Cauchy–Schwarz bound ``ū_i = ‖q_i‖ max_j ‖k_j‖``
 (an upper bound), so no term exceeds e⁶⁰ and nothing overflows. A block of rows whose sum comes out
 tiny (the shift overshot the true maximum, possible only for very small τ or raw dot products) is
@@ -39,6 +44,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from contrastlab._checks import check_bool
+
 __all__ = [
     "DENSE_MEMORY_BUDGET_BYTES",
     "DEFAULT_CHUNK_SIZE",
@@ -47,6 +54,7 @@ __all__ = [
     "check_chunk_size",
     "normalize_scale",
     "dense_row_lse",
+    "keeps_logits",
     "tiled_lse",
     "tiled_lse_rows_cols",
     "tiled_per_anchor_lse",
@@ -70,6 +78,11 @@ _SHIFT_HEADROOM = 60.0
 _MIN_ROW_SUM = 1e-20
 # Rows per block of the dense forward: one block (rows × M floats) of about 16 MiB, exponentiated while in L3.
 _DENSE_BLOCK_BYTES = 1 << 24
+# The streamed dense path is chosen while a block holds at least this many rows (M ≤ 65,536 in float32):
+# thinner blocks make thin GEMMs and re-read ∂K (M × D) once per block. Measured, 2 threads, D = 128
+# (docs/performance.md): N = 65,536 (64 rows) 1.24× the matmul limit against the tiled kernel's 1.32×;
+# N = 131,072 (32 rows) 1.54× against 1.34×.
+_MIN_STREAM_ROWS = 64
 
 
 def dense_bytes(n_rows: int, n_cols: int, itemsize: int) -> int:
@@ -99,6 +112,8 @@ def plan_chunk_size(
     itemsize: int,
     chunk_size: int | None,
     memory_budget_bytes: int = DENSE_MEMORY_BUDGET_BYTES,
+    *,
+    keeps_logits: bool = True,
 ) -> int | None:
     """Decide between the dense path (return ``None``) and tiling (return the tile side).
 
@@ -108,6 +123,10 @@ def plan_chunk_size(
         itemsize: bytes per element of the compute dtype.
         chunk_size: the user's choice: ``None`` (automatic) or a forced tile side.
         memory_budget_bytes: the budget the dense logits and their gradient must fit in.
+        keeps_logits: whether the dense path would keep the N × M logits (:func:`keeps_logits`).
+            When it streams blocks of rows instead, its memory is linear in N + M, and it is chosen
+            whatever the budget as long as a 16 MiB block holds at least 64 rows (M ≤ 65,536 in
+            float32); beyond, the tiled kernel is faster (``docs/performance.md``).
 
     Returns:
         ``None`` for the dense path, else the tile side (≥ 1).
@@ -115,6 +134,8 @@ def plan_chunk_size(
     chunk_size = check_chunk_size(chunk_size)
     if chunk_size is not None:
         return chunk_size
+    if not keeps_logits and n_cols * itemsize * _MIN_STREAM_ROWS <= _DENSE_BLOCK_BYTES:
+        return None
     if dense_bytes(n_rows, n_cols, itemsize) <= memory_budget_bytes:
         return None
     return DEFAULT_CHUNK_SIZE
@@ -202,32 +223,84 @@ def normalize_scale(x: Tensor, scale: Tensor | float = 1.0) -> Tensor:
 # ----------------------------------------------------------------------------------------------------
 
 
+def keeps_logits(reduction: str, *inputs: Tensor) -> bool:
+    """Whether the dense path has to keep the N × M logits for a backward with unequal row gradients.
+
+    True when a backward can run (grad mode on and an input requires grad) and the rows' losses are
+    not reduced by a mean or a sum (``reduction="none"``), so rows may get different upstream
+    gradients. Otherwise :func:`dense_row_lse` streams blocks of rows in O(block + (N + M)·D) memory:
+    forward only when no backward can run, or with ``grad_ahead=True`` (every row gets the same
+    gradient). Callers whose loss weights the rows' LSE unequally (InfoNCE's ``logaddexp`` of the
+    positive with shared negatives) pass ``reduction="none"``.
+    """
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    return needs_grad and reduction == "none"
+
+
+def _dense_rows(q: Tensor, k: Tensor) -> int:
+    """Rows per block of the dense sweep: one block (rows × M elements) of about ``_DENSE_BLOCK_BYTES``."""
+    return max(1, _DENSE_BLOCK_BYTES // (k.shape[0] * q.element_size()))
+
+
 class _DenseRowLSE(torch.autograd.Function):
-    """Row LSE of ``Q Kᵀ`` keeping ``exp(S − c)`` for a backward of two GEMMs."""
+    """Row LSE of ``Q Kᵀ``: one N × M buffer kept for a two-GEMM backward, or the gradient made ahead.
+
+    With ``grad_ahead`` the forward also computes the gradient for an all-ones upstream gradient,
+    ``∂Q = P K`` and ``∂K = Pᵀ Q`` (``P`` the row softmax), and keeps only those (N, D) and (M, D)
+    results; the backward scales them when the upstream gradient is the same for every row (what a
+    mean or sum of ``LSE_i − S_i,pos`` sends) and otherwise recomputes the exact gradient.
+    """
 
     @staticmethod
     def forward(
-        ctx: Any, q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0
+        ctx: Any,
+        q: Tensor,
+        k: Tensor,
+        exclude_diagonal: bool,
+        diagonal: Tensor | None,
+        col_offset: int = 0,
+        grad_ahead: bool = False,
     ) -> Tensor:
-        n, m_cols = q.shape[0], k.shape[0]
-        e = q.new_empty(n, m_cols)  # (N, M): filled block of rows by block of rows, exponentiated in cache
-        rows = max(1, _DENSE_BLOCK_BYTES // (m_cols * e.element_size()))
-        lse, row_sum = _rows_forward(q, k, rows, m_cols, exclude_diagonal, diagonal, out=e, col_offset=col_offset)
+        rows = _dense_rows(q, k)
+        ctx.args = (exclude_diagonal, diagonal, col_offset)
+        ctx.grad_ahead = grad_ahead
+        if grad_ahead:
+            lse, dq, dk = _dense_grad_ahead(q, k, rows, exclude_diagonal, diagonal, col_offset)
+            ctx.save_for_backward(q, k, dq, dk)
+            return lse
+        e = q.new_empty(q.shape[0], k.shape[0])  # (N, M): filled block of rows by block of rows, exp'd in cache
+        lse, row_sum = _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diagonal, out=e, col_offset=col_offset)
         ctx.save_for_backward(q, k, e, row_sum)
         return lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None]:
-        q, k, e, row_sum = ctx.saved_tensors
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None]:
+        if ctx.grad_ahead:
+            q, k, dq1, dk1 = ctx.saved_tensors
+            if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
+                dq = dq1 * grad[0] if ctx.needs_input_grad[0] else None
+                dk = dk1 * grad[0] if ctx.needs_input_grad[1] else None
+                return dq, dk, None, None, None, None
+            exclude_diagonal, diagonal, col_offset = ctx.args  # rows weighted unequally: recompute E
+            e = q.new_empty(q.shape[0], k.shape[0])
+            _, row_sum = _rows_forward(q, k, _dense_rows(q, k), k.shape[0], exclude_diagonal, diagonal, e, col_offset)
+        else:
+            q, k, e, row_sum = ctx.saved_tensors
         r = (grad / row_sum).unsqueeze(1)  # softmax = E / s, so g·softmax = diag(g/s) E
         dq = torch.mm(e, k).mul_(r) if ctx.needs_input_grad[0] else None
         dk = torch.mm(e.T, q * r) if ctx.needs_input_grad[1] else None
-        return dq, dk, None, None, None
+        return dq, dk, None, None, None, None
 
 
 def dense_row_lse(
-    q: Tensor, k: Tensor, *, exclude_diagonal: bool = False, diagonal: Tensor | None = None, col_offset: int = 0
+    q: Tensor,
+    k: Tensor,
+    *,
+    exclude_diagonal: bool = False,
+    diagonal: Tensor | None = None,
+    col_offset: int = 0,
+    grad_ahead: bool = False,
 ) -> Tensor:
     """``logsumexp(Q Kᵀ, dim=1)``, optionally without the diagonal, with a two-GEMM backward.
 
@@ -241,11 +314,27 @@ def dense_row_lse(
     ``col_offset`` moves the "diagonal" to the entries ``(i, col_offset + i)`` (a rank's local rows
     against gathered candidates, :mod:`contrastlab.distributed`); 0 is the square case.
 
-    Memory: one N × M buffer (``exp(S − m)``), kept for the backward; no second N × M tensor is made.
+    When no backward can run (grad mode off, or neither input requires grad) the rows are streamed
+    through one reused block and only the LSE is returned.
+
+    ``grad_ahead=True`` is for a caller that will call backward and send every row the same upstream
+    gradient (a mean or a sum of ``LSE_i − S_i,pos``; :func:`keeps_logits`). The forward then also
+    computes ``∂Q = P K`` and ``∂K = Pᵀ Q`` while each block of rows (about 16 MiB) is still in cache,
+    so the three GEMMs of forward + backward run back to back on cached data and no N × M tensor is
+    ever allocated (a fresh N × M buffer per step costs, in page faults alone, about a quarter of a
+    GEMM on the benchmark machine); the backward is a scaling. An upstream gradient that differs
+    between rows is still exact: the backward then recomputes ``E`` (one more GEMM). Without a
+    backward, ``grad_ahead`` wastes two GEMMs.
+
+    Memory: one N × M buffer (``exp(S − c)``), kept for the backward; without a backward or with
+    ``grad_ahead``, one block of rows (about 16 MiB) plus O((N + M)·D).
     """
-    return _DenseRowLSE.apply(
-        q, k, exclude_diagonal, None if diagonal is None else diagonal.detach(), _check_offset(col_offset)
-    )
+    check_bool("grad_ahead", grad_ahead)
+    col_offset = _check_offset(col_offset)
+    diag = None if diagonal is None else diagonal.detach()
+    if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):  # forward only: stream the rows
+        return _rows_forward(q, k, _dense_rows(q, k), k.shape[0], exclude_diagonal, diag, col_offset=col_offset)[0]
+    return _DenseRowLSE.apply(q, k, exclude_diagonal, diag, col_offset, grad_ahead)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -253,9 +342,19 @@ def dense_row_lse(
 # ----------------------------------------------------------------------------------------------------
 
 
-def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0) -> Tensor:
-    """The pre-chosen row shift ``c_i = max(S_i,ref, ū_i − 60)`` (see the module docstring)."""
+def _row_shift(
+    q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0
+) -> Tensor | None:
+    """The pre-chosen row shift ``c_i = max(S_i,ref, ū_i − 60)``, or ``None`` when no shift is needed.
+
+    ``None`` when every logit lies in [−60, 60] (``max_i ū_i ≤ 60``, e.g. unit vectors with τ ≥ 1/60):
+    ``exp(S_ij)`` can then neither overflow nor lose precision in float32, and leaving the GEMM
+    unshifted saves a (D+1)-th coordinate. See the module docstring.
+    """
     n, m_cols = q.shape[0], k.shape[0]
+    upper = torch.linalg.vector_norm(q, dim=1) * torch.linalg.vector_norm(k, dim=1).max()
+    if float(upper.max()) <= _SHIFT_HEADROOM:
+        return None
     if diagonal is not None and not exclude_diagonal:
         s_ref = diagonal  # S_i,offset+i, given: a logit of each row
     else:
@@ -263,7 +362,6 @@ def _row_shift(q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | 
         if exclude_diagonal:
             ref = (ref + 1) % m_cols  # the diagonal is not a candidate; its neighbour is
         s_ref = (q * k[ref]).sum(dim=1)  # a logit of each row: a lower bound of its maximum
-    upper = torch.linalg.vector_norm(q, dim=1) * torch.linalg.vector_norm(k, dim=1).max()
     return torch.maximum(s_ref, upper - _SHIFT_HEADROOM)
 
 
@@ -305,6 +403,43 @@ def _online_rows(
     return _safe(mx), sm
 
 
+def _operands(
+    q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int
+) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
+    """The pre-chosen row shift folded into the GEMM's operands: ``(c, diagonal − c, Q', K')``.
+
+    ``Q' K'ᵀ = S − c``: with a shift, ``Q' = [Q, −c]`` and ``K' = [K, 1]`` (an extra coordinate,
+    ``[q_i, −c_i]·[k_j, 1] = S_ij − c_i``, as fast as the D-dimensional GEMM, where a bias or a separate
+    subtraction costs a pass); without one (:func:`_row_shift` returns ``None``), ``Q, K`` and ``c = 0``.
+    """
+    shift = _row_shift(q, k, exclude_diagonal, diagonal, col_offset)
+    if shift is None:
+        return q.new_zeros(q.shape[0]), diagonal, q, k
+    diag_shifted = None if diagonal is None else diagonal - shift  # the tiles hold S − c
+    ones = torch.ones(k.shape[0], 1, dtype=q.dtype, device=q.device)
+    return shift, diag_shifted, torch.cat([q, -shift.unsqueeze(1)], dim=1), torch.cat([k, ones], dim=1)
+
+
+def _exp_tile(
+    q_op: Tensor,
+    k_op: Tensor,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+    tile: Tensor,
+    exclude_diagonal: bool,
+    diag_shifted: Tensor | None,
+    col_offset: int,
+) -> Tensor:
+    """Write ``exp(S − c)`` of rows ``rows[0]:rows[1]``, columns ``cols[0]:cols[1]`` into ``tile``; return it.
+
+    ``q_op``, ``k_op`` are the operands of :func:`_operands`: one GEMM, the diagonal rule, one ``exp``.
+    """
+    (i0, i1), (j0, j1) = rows, cols
+    t = torch.mm(q_op[i0:i1], k_op[j0:j1].T, out=tile)
+    _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diag_shifted)
+    return t.exp_()
+
+
 def _rows_forward(
     q: Tensor,
     k: Tensor,
@@ -315,17 +450,13 @@ def _rows_forward(
     out: Tensor | None = None,
     col_offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """Row LSE by tiles with the pre-chosen shift folded into the GEMM; returns ``(lse, sum)``.
+    """Row LSE by tiles with the pre-chosen shift as the GEMM's bias; returns ``(lse, sum)``.
 
     ``sum_i = Σ_j exp(S_ij − c_i)`` for the shift ``c_i`` used (``lse_i = c_i + log sum_i``). With
     ``out`` (N × M, the dense path, ``col_block ≥ M``) the tiles are written there and kept.
     """
     n, m_cols = q.shape[0], k.shape[0]
-    shift = _row_shift(q, k, exclude_diagonal, diagonal, col_offset)
-    diag_shifted = None if diagonal is None else diagonal - shift  # the tiles hold S − c
-    ones = torch.ones(m_cols, 1, dtype=q.dtype, device=q.device)
-    k_aug = torch.cat([k, ones], dim=1)  # (M, D+1): [k_j, 1]
-    q_aug = torch.cat([q, -shift.unsqueeze(1)], dim=1)  # (N, D+1): [q_i, -c_i]·[k_j, 1] = S_ij - c_i
+    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset)
     buf = q.new_empty(0 if out is not None else min(row_block, n) * min(col_block, m_cols))
     lse = torch.empty(n, dtype=q.dtype, device=q.device)
     row_sum = torch.empty_like(lse)
@@ -334,15 +465,47 @@ def _rows_forward(
         sm = torch.zeros(i1 - i0, dtype=q.dtype, device=q.device)
         for j0 in range(0, m_cols, col_block):
             j1 = min(m_cols, j0 + col_block)
-            t = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
-            _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diag_shifted)
-            sm += t.exp_().sum(dim=1)
+            tile = _tile(buf, out, i0, i1, j0, j1)
+            t = _exp_tile(q_op, k_op, (i0, i1), (j0, j1), tile, exclude_diagonal, diag_shifted, col_offset)
+            sm += t.sum(dim=1)
         mx = shift[i0:i1]
         if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
             mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out, col_offset)
         lse[i0:i1] = mx + sm.log()
         row_sum[i0:i1] = sm
     return lse, row_sum
+
+
+def _dense_grad_ahead(
+    q: Tensor, k: Tensor, rows: int, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Row LSE and the gradients ``P K``, ``Pᵀ Q`` for an all-ones upstream gradient, a block of rows at a time.
+
+    Each block of ``E = exp(S − c)`` (``rows × M``, in one reused buffer) is summed and used by the
+    next two GEMMs while it is still in cache: ``∂Q = diag(1/s) E K`` and ``∂K += Eᵀ diag(1/s) Q``.
+    Returns ``(lse (N,), ∂Q (N, D), ∂K (M, D))``.
+    """
+    n, m_cols = q.shape[0], k.shape[0]
+    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset)
+    buf = q.new_empty(min(rows, n) * m_cols)  # one block of rows, reused: the N × M logits never exist
+    lse = torch.empty(n, dtype=q.dtype, device=q.device)
+    dq = torch.empty_like(q)
+    dk = torch.empty_like(k)  # the first block writes it, the others accumulate
+    for i0 in range(0, n, rows):
+        i1 = min(n, i0 + rows)
+        tile = _tile(buf, None, i0, i1, 0, m_cols)
+        e = _exp_tile(q_op, k_op, (i0, i1), (0, m_cols), tile, exclude_diagonal, diag_shifted, col_offset)
+        sm, mx = e.sum(dim=1), shift[i0:i1]
+        if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
+            mx, sm = _online_rows(q, k, i0, i1, m_cols, exclude_diagonal, diagonal, buf, None, col_offset)
+        lse[i0:i1] = mx + sm.log()
+        r = sm.reciprocal().unsqueeze(1)  # softmax = E / s: the row factor goes on the (·, D) operands
+        torch.mm(e, k, out=dq[i0:i1]).mul_(r)
+        if i0 == 0:
+            torch.mm(e.T, q[i0:i1] * r, out=dk)
+        else:
+            dk.addmm_(e.T, q[i0:i1] * r)
+    return lse, dq, dk
 
 
 def _rows_cols_forward(

@@ -289,21 +289,28 @@ def test_chunk_size_validated(bad, exc):
         NTXentLoss(chunk_size=bad)
 
 
-@pytest.mark.parametrize(("kind", "variant", "symmetric"), MODES)
-def test_small_budget_routes_to_tiled_kernel(monkeypatch, kind, variant, symmetric):
-    # With a 16 KiB budget the 48 × 48 (or 96 × 96) float32 logits and their gradient (18 KiB+) do not
-    # fit: chunk_size=None must take the tiled kernel; with the real budget it must stay dense.
-    a, p, negs = _data(kind, 48, 4, 48, seed=15)
-    used = []
+def _count_kernels(monkeypatch) -> list[str]:
+    used: list[str] = []
     for name in ("tiled_lse", "tiled_lse_rows_cols", "tiled_per_anchor_lse", "dense_row_lse"):
         real = getattr(tiled, name)
         monkeypatch.setattr(tiled, name, lambda *args, _r=real, _n=name, **kw: used.append(_n) or _r(*args, **kw))
+    return used
+
+
+@pytest.mark.parametrize(("kind", "variant", "symmetric"), MODES)
+def test_small_budget_routes_to_tiled_kernel(monkeypatch, kind, variant, symmetric):
+    # With a 16 KiB budget the 48 × 48 (or 96 × 96) float32 logits and their gradient (18 KiB+) do not
+    # fit: when the dense path would keep them (a backward with per-row losses), chunk_size=None must
+    # take the tiled kernel; with the real budget it must stay dense.
+    a, p, negs = _data(kind, 48, 4, 48, seed=15)
+    a.requires_grad_()
+    used = _count_kernels(monkeypatch)
 
     def run():
         used.clear()
         if kind == "ntxent":
-            return nt_xent(a, p, temperature=0.3)
-        return info_nce(a, p, negs, temperature=0.3, variant=variant, symmetric=symmetric)
+            return nt_xent(a, p, temperature=0.3, reduction="none")
+        return info_nce(a, p, negs, temperature=0.3, variant=variant, symmetric=symmetric, reduction="none")
 
     dense_out = run()
     assert not any(u.startswith("tiled") for u in used)
@@ -311,3 +318,153 @@ def test_small_budget_routes_to_tiled_kernel(monkeypatch, kind, variant, symmetr
     tiled_out = run()
     assert used and all(u.startswith("tiled") for u in used)
     torch.testing.assert_close(tiled_out, dense_out, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("kind", "variant", "grad", "reduction"),
+    [
+        ("inbatch", "infonce", True, "mean"),
+        ("inbatch", "dcl", True, "sum"),
+        ("shared", "dcl", True, "mean"),
+        ("ntxent", None, True, "mean"),
+        ("inbatch", "infonce", False, "none"),
+        ("shared", "infonce", False, "mean"),
+        ("ntxent", None, False, "none"),
+    ],
+)
+def test_streamed_dense_path_ignores_the_budget(monkeypatch, kind, variant, grad, reduction):
+    # A mean/sum with a backward (gradient ahead) or a forward without one streams blocks of rows in
+    # memory linear in N + M, so chunk_size=None stays dense even when the N × M logits exceed the budget.
+    a, p, negs = _data(kind, 48, 4, 48, seed=16)
+    a.requires_grad_(grad)
+    used = _count_kernels(monkeypatch)
+    monkeypatch.setattr(tiled, "DENSE_MEMORY_BUDGET_BYTES", 16 * 1024)
+    if kind == "ntxent":
+        nt_xent(a, p, temperature=0.3, reduction=reduction)
+    else:
+        info_nce(a, p, negs, temperature=0.3, variant=variant, reduction=reduction)
+    assert used == ["dense_row_lse"]
+    # Streamed: dense whatever the budget while a 16 MiB block holds >= 64 rows (M <= 65,536 in float32).
+    assert plan_chunk_size(65536, 65536, 4, None, keeps_logits=False) is None
+    assert plan_chunk_size(65537, 65537, 4, None, keeps_logits=False) == tiled.DEFAULT_CHUNK_SIZE
+    assert plan_chunk_size(65536, 65536, 8, None, keeps_logits=False) == tiled.DEFAULT_CHUNK_SIZE
+    assert plan_chunk_size(4096, 4096, 4, 8, keeps_logits=False) == 8  # an int still forces tiling
+
+
+def test_keeps_logits():
+    x = torch.randn(3, 2)
+    y = torch.randn(3, 2, requires_grad=True)
+    assert tiled.keeps_logits("none", x, y)
+    assert not tiled.keeps_logits("mean", x, y) and not tiled.keeps_logits("sum", x, y)
+    assert not tiled.keeps_logits("none", x, x)  # nothing requires grad: no backward
+    with torch.no_grad():
+        assert not tiled.keeps_logits("none", x, y)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Dense path: gradient ahead, streamed forward, unshifted GEMM
+# ---------------------------------------------------------------------------------------------------
+
+
+def _lse_reference(q, k, exclude, diagonal, col_offset):
+    s = q @ k.T
+    rows = torch.arange(q.shape[0])
+    cols = rows + col_offset
+    if diagonal is not None:  # given values equal to S_ii; their gradient is S_ii's, as in dense_row_lse
+        s = s.index_put((rows, cols), diagonal + (s[rows, cols] - s[rows, cols].detach()))
+    if exclude:
+        s = s.index_put((rows, cols), torch.tensor(float("-inf"), dtype=s.dtype))
+    return torch.logsumexp(s, dim=1)
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 300.0])  # 300: logits beyond ±60, the shifted GEMM
+@pytest.mark.parametrize(
+    ("exclude", "with_diag", "col_offset"), [(False, False, 0), (True, False, 0), (False, True, 3), (True, False, 5)]
+)
+@pytest.mark.parametrize("upstream", ["mean", "sum", "weighted"])
+def test_grad_ahead_equals_reference(monkeypatch, scale, exclude, with_diag, col_offset, upstream):
+    # Small blocks (3 rows) so that several blocks, the first-block write of ∂K and a ragged last block run.
+    monkeypatch.setattr(tiled, "_DENSE_BLOCK_BYTES", 3 * 16 * 8)
+    g = torch.Generator().manual_seed(21)
+    n, m, d = 10, 16, 5
+    q0 = torch.nn.functional.normalize(torch.randn(n, d, generator=g, dtype=torch.float64), dim=1) * scale
+    k0 = torch.nn.functional.normalize(torch.randn(m, d, generator=g, dtype=torch.float64), dim=1)
+    diag = (q0 * k0[col_offset : col_offset + n]).sum(1) if with_diag else None
+    weights = {"mean": torch.full((n,), 1.0 / n), "sum": torch.ones(n), "weighted": torch.rand(n, generator=g)}
+    w = weights[upstream].to(torch.float64)
+    out = {}
+    for name in ("ahead", "lazy", "reference"):
+        q = q0.clone().requires_grad_()
+        k = k0.clone().requires_grad_()
+        if name == "reference":
+            lse = _lse_reference(q, k, exclude, diag, col_offset)
+        else:
+            lse = tiled.dense_row_lse(
+                q, k, exclude_diagonal=exclude, diagonal=diag, col_offset=col_offset, grad_ahead=name == "ahead"
+            )
+        (lse * w).sum().backward()
+        out[name] = (lse.detach(), q.grad, k.grad)
+    for name in ("ahead", "lazy"):
+        _assert_same(out[name], out["reference"], rtol=1e-10, atol=1e-10)
+
+
+def test_grad_ahead_twice_and_retain_graph():
+    # The gradient made ahead is scaled, never modified in place: two backwards give the same result.
+    q = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
+    loss = tiled.dense_row_lse(q, k, grad_ahead=True).mean()
+    g1 = torch.autograd.grad(loss, (q, k), retain_graph=True)
+    g2 = torch.autograd.grad(2 * loss, (q, k))
+    _assert_same([2 * x for x in g1], g2, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("grad_ahead", [False, True])
+@pytest.mark.parametrize("exclude", [False, True])
+def test_dense_gradcheck(grad_ahead, exclude):
+    # gradcheck feeds one-hot upstream gradients: with grad_ahead that is the exact recompute branch.
+    g = torch.Generator().manual_seed(22)
+    q = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    f = lambda q, k: tiled.dense_row_lse(q, k, exclude_diagonal=exclude, grad_ahead=grad_ahead)  # noqa: E731
+    assert torch.autograd.gradcheck(f, (q, k))
+    assert torch.autograd.gradcheck(lambda q, k: f(q, k).mean(), (q, k))  # the uniform (scaled) branch
+
+
+def test_grad_ahead_flag_validated():
+    q = torch.randn(3, 2)
+    with pytest.raises(TypeError, match="^grad_ahead"):
+        tiled.dense_row_lse(q, q, grad_ahead=1)
+
+
+def test_forward_only_streams_with_one_block_buffer(monkeypatch):
+    # Without a backward, no N × M buffer is made: every tensor allocated by the sweep is at most one block.
+    monkeypatch.setattr(tiled, "_DENSE_BLOCK_BYTES", 4 * 64 * 4)  # 4 rows of 64 float32 candidates
+    q, k = torch.randn(40, 3), torch.randn(64, 3)
+    sizes = []
+    real = torch.Tensor.new_empty
+    monkeypatch.setattr(torch.Tensor, "new_empty", lambda self, *s, **kw: sizes.append(s) or real(self, *s, **kw))
+    lse = tiled.dense_row_lse(q, k)
+    torch.testing.assert_close(lse, torch.logsumexp(q @ k.T, dim=1))
+    assert sizes and all(
+        torch.Size(s[0] if len(s) == 1 and isinstance(s[0], tuple) else s).numel() <= 4 * 64 for s in sizes
+    )
+
+
+def test_streamed_dense_memory_is_linear(tmp_path):
+    # N = 16,384: the N × N float32 logits alone would be 1 GiB. Forward + backward of the mean loss with
+    # chunk_size=None must stay far below that (one 16 MiB block plus O(N·D)): measured in a child.
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, torch\n"
+        "from contrastlab.losses import info_nce\n"
+        "torch.set_num_threads(1)\n"
+        "a = torch.randn(16384, 64, requires_grad=True); p = torch.randn(16384, 64, requires_grad=True)\n"
+        "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "info_nce(a, p).backward()\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
+    grown_kib = int(out.stdout.strip())
+    assert grown_kib < 200 * 1024, f"peak RSS grew by {grown_kib / 1024:.0f} MiB"
