@@ -404,6 +404,68 @@ def test_fused_backward_equals_autograd_reference(kw):
         torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("kw", [{}, {"fixed_lambda": 1.0}, {"beta_mode": "one", "margin": -50.0}])
+def test_fused_kernel_paths_equal_autograd_reference(reduction, kw):
+    """Gradient made in the forward (mean/sum), kept buffers (reduction="none", rows weighted unequally)
+    and the no-grad forward all equal the plain-autograd reference (learnable-τ path)."""
+    za, zb = _views(20, 5, seed=31, dtype=torch.float64)
+    zb[0] = za[0]
+    w = torch.rand(40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    out = []
+    for tau in (0.3, torch.tensor(0.3, dtype=torch.float64)):
+        a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+        loss = weince(a, b, temperature=tau, reduction=reduction, **kw)
+        total = (loss * w).sum() if reduction == "none" else loss
+        out.append((loss.detach(), *torch.autograd.grad(total, [a, b])))
+    for x, y in zip(out[0], out[1], strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+    with torch.no_grad():
+        torch.testing.assert_close(weince(za, zb, temperature=0.3, reduction=reduction, **kw), out[0][0])
+
+
+def test_gradient_made_ahead_recomputes_for_unequal_rows():
+    """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
+    from contrastlab.losses.weince import _WeinceSimCLR
+
+    g = torch.Generator().manual_seed(4)
+    k = torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=1)
+    cos = k @ k.T
+    pos = torch.cat([torch.arange(6, 12), torch.arange(6)])
+    a = torch.rand(12, 1, generator=g, dtype=torch.float64) * 2
+    b = torch.rand(12, 1, generator=g, dtype=torch.float64) * 3
+    s_max = cos.masked_fill(torch.eye(12, dtype=torch.bool), -2.0).amax(dim=1, keepdim=True)
+    w = torch.rand(12, generator=g, dtype=torch.float64)
+    grads = []
+    for ahead in (True, False):
+        kk = k.clone().requires_grad_()
+        loss = _WeinceSimCLR.apply(kk, cos, pos, a, b, s_max, 1e-6, ahead, None)
+        grads.append(torch.autograd.grad((loss * w).sum(), kk)[0])
+        if ahead:  # and twice in a row with retain_graph: the saved gradient is never modified in place
+            kk2 = k.clone().requires_grad_()
+            l2 = _WeinceSimCLR.apply(kk2, cos, pos, a, b, s_max, 1e-6, True, None).mean()
+            g1 = torch.autograd.grad(l2, kk2, retain_graph=True)[0]
+            torch.testing.assert_close(torch.autograd.grad(l2, kk2)[0], g1, rtol=0, atol=0)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("shape", [(7, 30), (1, 500), (40, 12)])
+def test_top_values_equals_topk(shape):
+    """Both numpy selections (whole-row sort for many rows, partition for one) equal torch.topk."""
+    from contrastlab.losses.weince import _top_values
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(*shape, generator=g)
+    k = max(1, shape[1] // 5)
+    torch.testing.assert_close(_top_values(x, k), torch.topk(x, k, dim=1).values, rtol=0, atol=0)
+    cols = torch.randint(0, shape[1], (shape[0],), generator=g)
+    masked = x.clone()
+    masked[torch.arange(shape[0]), cols] = float("-inf")
+    scratch = torch.empty_like(x)
+    got = _top_values(x, k, exclude=(cols,), scratch=scratch)
+    torch.testing.assert_close(got, torch.topk(masked, k, dim=1).values, rtol=0, atol=0)
+
+
 def test_learnable_temperature_gets_the_softmax_part_only():
     """∂L/∂τ through the Weibit term is 0 (it does not depend on τ): with λ = 1 the τ-gradient vanishes."""
     za, zb = _views(10, 4, seed=22, dtype=torch.float64)
