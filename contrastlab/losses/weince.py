@@ -251,12 +251,12 @@ def rowwise_ols(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 @torch.no_grad()
-def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = (), scratch: Tensor | None = None) -> Tensor:
+def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = (), *, inplace: bool = False) -> Tensor:
     """The k largest entries of each row of ``x``, sorted descending, without gradient.
 
     ``exclude`` holds column indices, one per row each (the row itself, its positive), left out.
-    ``scratch`` (optional, CPU, ``x``'s shape and dtype) receives the working copy instead of a fresh
-    allocation. On the CPU the selection runs in numpy on one masked copy: many rows are sorted whole (numpy's vectorised
+    ``inplace=True`` lets the selection overwrite ``x`` (a CPU caller that no longer needs it saves the
+    copy). On the CPU the selection runs in numpy on one masked copy: many rows are sorted whole (numpy's vectorised
     sort: 0.32 ms at (512, 512) against 0.50 ms for ``numpy.partition`` and 1.4 ms for ``torch.topk``,
     2 threads, on the benchmark machine), a single long row (the global tail) is partitioned
     (introselect, O(C)) and only its k largest sorted; elsewhere it is ``torch.topk``.
@@ -267,11 +267,7 @@ def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = (), scratch: Te
     x = x.detach()
     r, c = x.shape
     if x.device.type == "cpu":
-        if scratch is None:
-            xn = x.numpy().copy()  # the one copy: masked and sorted in place below
-        else:
-            xn = scratch.numpy()
-            np.copyto(xn, x.numpy())
+        xn = x.numpy() if inplace else x.numpy().copy()  # masked and sorted in place below
         for cols in exclude:
             xn[np.arange(r), cols.numpy()] = -np.inf
         if r > 1:
@@ -291,17 +287,19 @@ def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = (), scratch: Te
 def _tail_design(k_tail: int, eps: float) -> tuple[np.ndarray, np.ndarray, int]:
     """The responses of the two tail fits, which depend only on k_tail.
 
-    Returns centred [y_W, y_G] ``(n, 2)`` (float64), their sums of squares Σ(y − ȳ)² ``(2,)`` and the burn-in.
+    Returns ``[1, y_W − ȳ_W, y_G − ȳ_G]`` ``(n, 3)`` (float64: one GEMM with it gives each row's Σx and
+    both centred cross products), the sums of squares Σ(y − ȳ)² ``(2,)`` and the burn-in.
     """
     burn = max(1, k_tail // 20)
     k = np.arange(burn + 1, k_tail + 1, dtype=np.float64)
     f_hat = np.maximum(k / (k_tail + 1.0), eps)  # empirical CDF of the shortfalls
     y = np.stack([np.log(f_hat), np.log(-np.log(f_hat))], axis=1)  # Weibull, Gumbel-fast proxy
     yc = y - y.mean(axis=0)
-    yc.setflags(write=False)  # cached: shared by every call
+    design = np.concatenate([np.ones((len(k), 1)), yc], axis=1)
+    design.setflags(write=False)  # cached: shared by every call
     s_yy = np.maximum((yc * yc).sum(axis=0), 1e-12)
     s_yy.setflags(write=False)
-    return yc, s_yy, burn
+    return design, s_yy, burn
 
 
 @torch.no_grad()
@@ -349,7 +347,7 @@ def _anchor_tail_stats(
         lam = lam_rho * (1.0 / (1.0 + math.exp(kappa_aic * margin)))
         return AnchorTailStats(out(lam), out(zeros), out(zeros), out(zeros), out(rho), out(rho0), k_tail, max(n_eff, 0))
 
-    yc, s_yy, burn = _tail_design(k_tail, eps)  # (n, 2), (2,)
+    design, s_yy, burn = _tail_design(k_tail, eps)  # (n, 3), (2,)
     # Per-anchor OLS of y_W = log F̂ and y_G = log(−log F̂) on x = log δ (δ ascending), both at once,
     # from the sums S_xx, S_xy, S_yy: slope = S_xy/S_xx and SSE = S_yy − S_xy²/S_xx (the residuals'
     # sum of squares without forming them; in float64 the subtraction loses nothing the tests see).
@@ -358,9 +356,11 @@ def _anchor_tail_stats(
     x = np.subtract(1.0, t[:, burn:], dtype=np.float64)
     np.maximum(x, eps, out=x)
     np.log(x, out=x)  # (R, n)
-    x -= x.sum(axis=1, keepdims=True) / n_eff  # centred (yc is too)
-    s_xx = np.maximum(np.einsum("ij,ij->i", x, x), 1e-12)[:, None]  # (R, 1)
-    s_xy = x @ yc  # (R, 2)
+    sums = x @ design  # (R, 3): Σx, and Σ x (y − ȳ) for both fits (no need to centre x for those)
+    # S_xx = Σx² − (Σx)²/n: x = log(1 − s) of one anchor's tail spans a few units, so in float64 the
+    # subtraction keeps ~14 digits (the polyfit tests ask for 8).
+    s_xx = np.maximum(np.einsum("ij,ij->i", x, x) - sums[:, 0] ** 2 / n_eff, 1e-12)[:, None]  # (R, 1)
+    s_xy = sums[:, 1:]  # (R, 2)
     slope = s_xy / s_xx  # (R, 2): β̂ (Weibull), Gumbel slope
     sse = np.maximum(s_yy - s_xy * slope, 1e-12)  # (R, 2)
     r2 = np.clip(1.0 - sse[:, 0] / s_yy[0], 0.0, 1.0)
@@ -599,41 +599,49 @@ class _MixedCrossEntropy(torch.autograd.Function):
 
 
 def _weince_rows(
-    cos: Tensor,
+    u: Tensor,
     pos_index: Tensor,
     a: Tensor,
     b: Tensor,
     s_max: Tensor,
     u_min: float,
-    out: tuple[Tensor, Tensor] | None = None,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """WEINCE's per-row loss over SimCLR's 2N views from the cosines; the fused forward.
+    e_out: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """WEINCE's per-row loss over SimCLR's 2N views from the shortfalls ``u = 1 − s``; the fused forward.
 
     ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with s clamped to [−1, 1 − eps] inside the log (``u_min`` =
-    1 − (1 − eps) as rounded). a, b ≥ 0, so ℓ is increasing in s and the row maximum ``c`` is ℓ at the
-    row's largest cosine ``s_max``: the shift needs no pass over the matrix.
-
-    ``out`` (optional): two ``(R, R)`` buffers that receive ``u`` and ``E`` instead of fresh allocations.
+    1 − (1 − eps) as rounded), computed as ``a_i − a_i u_ij − b_i log(clamp(u_ij))``. a, b ≥ 0, so ℓ is
+    increasing in s and the row maximum ``c`` is ℓ at the row's largest cosine ``s_max``: the shift
+    needs no pass over the matrix. ``e_out`` (optional) receives ``E`` instead of a fresh allocation.
 
     Shape:
-        cos: ``(R, R)``; pos_index: ``(R,)``; a, b, s_max: ``(R, 1)``.
+        u: ``(R, R)``; pos_index: ``(R,)``; a, b, s_max: ``(R, 1)``.
 
     Returns:
-        ``(u, E, row_sum, loss)``: ``u = 1 − s`` clamped ``(R, R)``, ``E = exp(ℓ − c)`` with 0 on the
-        diagonal ``(R, R)``, its row sums ``(R, 1)`` and the per-row loss ``(R,)``.
+        ``(E, row_sum, loss)``: ``E = exp(ℓ − c)`` with 0 on the diagonal ``(R, R)``, its row sums
+        ``(R, 1)`` and the per-row loss ``(R,)``.
     """
-    u_buf, e_buf = (None, None) if out is None else out
-    one = torch.ones((), dtype=cos.dtype, device=cos.device)
-    u = torch.sub(one, cos, out=u_buf).clamp_(u_min, 2.0)  # 1 − s, s clamped to [−1, 1 − eps]
     c = a * s_max - b * torch.log(torch.rsub(s_max, 1.0).clamp_(u_min, 2.0))  # row maxima of ℓ, (R, 1)
-    # −b·log(1 − s) − c + a·s. (Each op has one (R, 1) operand: TensorIterator vectorises those; an
-    # addcmul with two broadcast operands runs ~4× slower here.)
-    e = torch.log(u, out=e_buf).mul_(-b).sub_(c).addcmul_(cos, a)  # ℓ − c
+    # −b·log(1 − s) + (a − c) − a·(1 − s). (Each op has one (R, 1) operand: TensorIterator vectorises
+    # those; an addcmul with two broadcast operands runs ~4× slower here.)
+    e = torch.clamp(u, u_min, 2.0, out=e_out).log_().mul_(-b).add_(a - c).addcmul_(u, -a)  # ℓ − c
     pos_shifted = e.gather(1, pos_index.unsqueeze(1))  # ℓ_pos − c, (R, 1)
     e.exp_().fill_diagonal_(0.0)  # a view is never its own candidate
     row_sum = e.sum(dim=1, keepdim=True)
     loss = (row_sum.log() - pos_shifted).squeeze(1)
-    return u, e, row_sum, loss
+    return e, row_sum, loss
+
+
+def _mark_clamped(u: Tensor, s_max: Tensor, u_min: float) -> None:
+    """Set ``u = 1 − s`` to +inf where s was clamped at 1 − eps (there b/u, the Weibit slope, is 0).
+
+    The diagonal (a view against itself, s = 1) always is; when every row's largest off-diagonal cosine
+    ``s_max`` is below the clamp, only the diagonal is touched instead of a pass over the matrix.
+    """
+    if float((1.0 - s_max).min()) > u_min:
+        u.fill_diagonal_(float("inf"))
+    else:
+        torch.threshold_(u, u_min, float("inf"))
 
 
 def _weince_grad(
@@ -664,7 +672,7 @@ def _weince_grad(
 
 
 class _WeinceSimCLR(torch.autograd.Function):
-    """WEINCE over SimCLR's 2N views from the normalised views ``k`` and their cosines, fused.
+    """WEINCE over SimCLR's 2N views from the normalised views ``k`` and their shortfalls 1 − s, fused.
 
     Per row i: ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with a_i = (1 − λ_i)/τ, b_i = λ_i β_i (stop-gradient
     constants); :func:`_weince_rows` computes the loss. With ``grad_ahead`` (the caller reduces the rows
@@ -672,26 +680,26 @@ class _WeinceSimCLR(torch.autograd.Function):
     ``∂k`` for an all-ones upstream gradient in the buffers it already has, keeps only that (R, D)
     result and the backward scales it; an unequal upstream gradient is still exact (the backward then
     recomputes). Otherwise the forward keeps E, the row sums and 1 − s for a backward of three passes
-    and two GEMMs. ``work`` (optional) is two (R, R) buffers for 1 − s and E (see :func:`weince`: one
-    allocation per step instead of several). Not twice differentiable.
+    and two GEMMs. ``u`` (the caller's ``1 − s``) is overwritten; ``e_out`` (optional) receives E (see
+    :func:`weince`: one allocation per step). Not twice differentiable.
     """
 
     @staticmethod
     def forward(  # type: ignore[override]
         ctx: Any,
         k: Tensor,
-        cos: Tensor,
+        u: Tensor,
         pos_index: Tensor,
         a: Tensor,
         b: Tensor,
         s_max: Tensor,
         eps: float,
         grad_ahead: bool,
-        work: tuple[Tensor, Tensor] | None,
+        e_out: Tensor | None,
     ) -> Tensor:
-        u_min = _u_min(eps, cos.dtype)
-        u, e, row_sum, loss = _weince_rows(cos, pos_index, a, b, s_max, u_min, work)
-        torch.threshold_(u, u_min, float("inf"))  # clamped entries: 1/(1 − s) := 0
+        u_min = _u_min(eps, u.dtype)
+        e, row_sum, loss = _weince_rows(u, pos_index, a, b, s_max, u_min, e_out)
+        _mark_clamped(u, s_max, u_min)
         ctx.grad_ahead, ctx.u_min = grad_ahead, u_min
         if grad_ahead:
             dk = _weince_grad(k, e, row_sum, u, pos_index, a, b, None, inplace=True)
@@ -706,9 +714,9 @@ class _WeinceSimCLR(torch.autograd.Function):
             dk, k, pos_index, a, b, s_max = ctx.saved_tensors
             if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
                 return dk * grad[0], *(None,) * 8
-            cos = k @ k.T  # unequal rows: recompute
-            u, e, row_sum, _ = _weince_rows(cos, pos_index, a, b, s_max, ctx.u_min)
-            torch.threshold_(u, ctx.u_min, float("inf"))
+            u = torch.rsub(k @ k.T, 1.0)  # unequal rows: recompute
+            e, row_sum, _ = _weince_rows(u, pos_index, a, b, s_max, ctx.u_min)
+            _mark_clamped(u, s_max, ctx.u_min)
             return _weince_grad(k, e, row_sum, u, pos_index, a, b, grad, inplace=True), *(None,) * 8
         k, e, row_sum, u, pos_index, a, b = ctx.saved_tensors
         return _weince_grad(k, e, row_sum, u, pos_index, a, b, grad, inplace=False), *(None,) * 8
@@ -884,12 +892,15 @@ def weince(
             rows = torch.arange(2 * n, device=device)
             pos_index = torch.cat([rows[n:], rows[:n]])
             views = tiled.normalize_scale(torch.cat([a, b], dim=0))  # (2N, D), with gradient
-            # One (3, 2N, 2N) workspace per step for the cosines, the tail selection's scratch (then 1 − s)
-            # and E, instead of four separate allocations: glibc returns freed 1 MiB blocks to the OS and
-            # each fresh one page-faults (≈0.6 ms per step at 2N = 512 on the benchmark machine).
-            work = views.new_empty(3, 2 * n, 2 * n) if fast else None
+            # The fused path keeps 1 − s and lets the tail selection sort the cosines in place; E is then
+            # written over them: two (2N, 2N) buffers per step, in one allocation.
+            work = views.new_empty(2, 2 * n, 2 * n) if fast else None
             with torch.no_grad():
                 cos = torch.mm(views.detach(), views.detach().T, out=None if work is None else work[0])
+                if work is not None:
+                    s_pos = cos.gather(1, pos_index.unsqueeze(1))  # (2N, 1), read before the sort
+                    one = torch.ones((), dtype=dtype, device=device)
+                    u = torch.sub(one, cos, out=work[1])  # 1 − s
             k_neg = 2 * n - 2
             if not fast:  # the NT-Xent logits s/τ with their autograd graph, −inf on the diagonal
                 logits_pl, _ = nt_xent_logits(a, b, inv_t)
@@ -906,14 +917,15 @@ def weince(
 
         # §2.3 statistics on the k_tail hardest negatives; s/τ is increasing in s, so select on the logits.
         k_tail = tail_size(k_neg, tail_frac, min_tail)
+        need_global = beta_mode == "global_ema" or aux_top_m > 0
         if negatives is None:
-            top = _top_values(cos, k_tail, exclude=(rows, pos_index), scratch=None if work is None else work[1])
+            in_place = work is not None and not need_global  # the global tail reads the cosines again
+            top = _top_values(cos, k_tail, exclude=(rows, pos_index), inplace=in_place)
         else:
             top = _top_values(neg_pl, k_tail) * tau_det
         tail = _anchor_tail_stats(top, q=q, kappa_rho=kappa_rho, kappa_aic=kappa_aic, margin=margin, eps=eps)
         lam = tail.lam.to(dtype) if fixed_lambda is None else torch.full_like(tail.lam, fixed_lambda, dtype=dtype)
 
-        need_global = beta_mode == "global_ema" or aux_top_m > 0
         beta_t: float | None = None
         estimate: tuple[float, float] | None = None
         neg_only: Tensor | None = None
@@ -945,15 +957,15 @@ def weince(
                 loss = info_nce(z_a, z_b, negatives, temperature=temperature, reduction="none")
         elif fast:
             assert isinstance(inv_t, float)
-            s_max = torch.maximum(top[:, :1].to(dtype), cos.gather(1, pos_index.unsqueeze(1)))  # (2N, 1)
+            s_max = torch.maximum(top[:, :1].to(dtype), s_pos)  # (2N, 1)
             coef = (1.0 - lam_c) * inv_t
             assert work is not None
             if torch.is_grad_enabled() and views.requires_grad:
                 ahead = not tiled.keeps_logits(reduction, views)  # a mean or sum: the gradient in the forward
-                loss = _WeinceSimCLR.apply(views, cos, pos_index, coef, lam_beta, s_max, eps, ahead, (work[1], work[2]))
+                loss = _WeinceSimCLR.apply(views, u, pos_index, coef, lam_beta, s_max, eps, ahead, work[0])
             else:
                 u_min = _u_min(eps, dtype)
-                loss = _weince_rows(cos, pos_index, coef, lam_beta, s_max, u_min, (work[1], work[2]))[3]
+                loss = _weince_rows(u, pos_index, coef, lam_beta, s_max, u_min, work[0])[2]
         elif isinstance(inv_t, float):
             loss = _MixedCrossEntropy.apply(
                 logits_pl, pos_index, 1.0 - lam_c, lam_beta, tau_det, eps, negatives is None

@@ -439,11 +439,11 @@ def test_gradient_made_ahead_recomputes_for_unequal_rows():
     grads = []
     for ahead in (True, False):
         kk = k.clone().requires_grad_()
-        loss = _WeinceSimCLR.apply(kk, cos, pos, a, b, s_max, 1e-6, ahead, None)
+        loss = _WeinceSimCLR.apply(kk, 1.0 - cos, pos, a, b, s_max, 1e-6, ahead, None)  # u = 1 − s, overwritten
         grads.append(torch.autograd.grad((loss * w).sum(), kk)[0])
         if ahead:  # and twice in a row with retain_graph: the saved gradient is never modified in place
             kk2 = k.clone().requires_grad_()
-            l2 = _WeinceSimCLR.apply(kk2, cos, pos, a, b, s_max, 1e-6, True, None).mean()
+            l2 = _WeinceSimCLR.apply(kk2, 1.0 - cos, pos, a, b, s_max, 1e-6, True, None).mean()
             g1 = torch.autograd.grad(l2, kk2, retain_graph=True)[0]
             torch.testing.assert_close(torch.autograd.grad(l2, kk2)[0], g1, rtol=0, atol=0)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-12, atol=1e-14)
@@ -461,9 +461,12 @@ def test_top_values_equals_topk(shape):
     cols = torch.randint(0, shape[1], (shape[0],), generator=g)
     masked = x.clone()
     masked[torch.arange(shape[0]), cols] = float("-inf")
-    scratch = torch.empty_like(x)
-    got = _top_values(x, k, exclude=(cols,), scratch=scratch)
+    got = _top_values(x, k, exclude=(cols,))
     torch.testing.assert_close(got, torch.topk(masked, k, dim=1).values, rtol=0, atol=0)
+    y = x.clone()
+    got = _top_values(y, k, exclude=(cols,), inplace=True)  # the caller's tensor is the working copy
+    torch.testing.assert_close(got, torch.topk(masked, k, dim=1).values, rtol=0, atol=0)
+    assert not torch.equal(y, x) or shape[0] == 1 and k == shape[1]
 
 
 def test_learnable_temperature_gets_the_softmax_part_only():
