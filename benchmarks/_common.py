@@ -216,10 +216,19 @@ def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = N
     n = a.shape[0]
     labels = torch.arange(n)
     if impl == "contrastlab dense":
-        # The public API with chunk_size=None: for a mean loss with a backward it streams blocks of rows
-        # and computes the gradient ahead (dense_row_lse(grad_ahead=True)), at every size.
+        # The dense path: blocks of rows streamed with the gradient computed ahead. The public API
+        # (chunk_size=None) takes it up to N = 65,536 and switches to the tiled kernel beyond, where a
+        # 16 MiB block holds fewer than 64 rows; above that the benchmark calls the building blocks.
         def loss() -> torch.Tensor:
-            return info_nce(a, p, temperature=TEMPERATURE)
+            q = tiled.normalize_scale(a, 1.0 / TEMPERATURE)
+            k = tiled.normalize_scale(p)
+            pos = (q * k).sum(dim=1)
+            return (tiled.dense_row_lse(q, k, diagonal=pos, grad_ahead=True) - pos).mean()
+
+        if tiled.plan_chunk_size(n, n, 4, None, keeps_logits=False) is None:
+
+            def loss() -> torch.Tensor:  # the public API, which takes the same path at this size
+                return info_nce(a, p, temperature=TEMPERATURE)
     elif impl == "contrastlab tiled":
         chunk = block or tiled.DEFAULT_CHUNK_SIZE
 

@@ -101,10 +101,13 @@ def info_nce(
         symmetric: average both directions (anchor→positive and positive→anchor); in-batch only.
         normalize: L2-normalise rows first (cosine similarity); ``False`` uses raw dot products.
         reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses of shape ``(N,)``).
-        chunk_size: ``None`` computes densely when the N × K logits and their gradient fit in
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES` (1 GiB) and with the tiled,
-            memory-bounded kernel otherwise; an int forces the tiled kernel with that tile side
-            (memory O((N + K)·D + chunk_size²), any value ≥ 1). Both give the same numbers.
+        chunk_size: ``None`` chooses automatically (:func:`contrastlab.losses.tiled.plan_chunk_size`):
+            a mean or sum (or no backward) runs the dense path streamed in blocks of rows, memory
+            linear in N + K, up to K = 65,536 candidates; per-row losses with a backward keep the
+            N × K logits while they and their gradient fit
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES` (1 GiB); beyond either, the
+            tiled kernel. An int forces the tiled kernel with that tile side (memory
+            O((N + K)·D + chunk_size²), any value ≥ 1). All paths give the same numbers.
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (:func:`contrastlab.distributed.info_nce_gathered`: the result is this rank's share
             of the global loss, with exact gradients); a no-op in one process.

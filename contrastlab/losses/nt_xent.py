@@ -77,9 +77,10 @@ def nt_xent(
         normalize: cosine similarity (``True``, SimCLR) or raw dot products.
         reduction: ``"mean"`` (over the 2N views), ``"sum"`` or ``"none"`` (shape ``(2N,)``, views of
             ``z_a`` first).
-        chunk_size: ``None`` computes the 2N × 2N logits densely when they and their gradient fit in
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled otherwise; an int forces
-            the tiled kernel with that tile side (see :func:`contrastlab.losses.info_nce`).
+        chunk_size: ``None`` chooses the path as :func:`contrastlab.losses.info_nce` does (dense,
+            streamed in blocks of rows for a mean or sum; the 2N × 2N logits kept for ``"none"`` while
+            they fit :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; tiled beyond); an int
+            forces the tiled kernel with that tile side.
         gather: under torch.distributed, use every rank's views as candidates
             (:func:`contrastlab.distributed.nt_xent_gathered`, this rank's share of the global loss);
             a no-op in one process.

@@ -60,9 +60,10 @@ __all__ = [
     "tiled_per_anchor_lse",
 ]
 
-#: ``chunk_size=None`` computes densely when the N × M logits and their gradient (2·N·M·itemsize
-#: bytes) fit in this budget, and tiles otherwise. 1 GiB: N = 8,192 in-batch float32 stays dense
-#: (512 MiB), N = 16,384 is tiled. A constant, read on every call; pass ``chunk_size`` to override.
+#: When the dense path has to keep the N × M logits (per-row losses with a backward), ``chunk_size=None``
+#: computes densely while they and their gradient (2·N·M·itemsize bytes) fit in this budget, and tiles
+#: otherwise. 1 GiB: N = 8,192 in-batch float32 stays dense (512 MiB), N = 16,384 is tiled. The
+#: streamed dense path (a mean or sum) does not need it. A constant, read on every call.
 DENSE_MEMORY_BUDGET_BYTES = 1 << 30
 
 #: Tile side used when ``chunk_size=None`` decides to tile. A 4096 × 4096 float32 tile is 64 MiB (it
