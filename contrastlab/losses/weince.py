@@ -43,8 +43,9 @@ Differences between the paper's text (the defaults here) and the official code, 
   the median, here ΔAIC = 0, β̂ = 0 and the pivot stays the q-order statistic.
 * Similarities are computed as normalised rows' dot products instead of ``nn.CosineSimilarity``
   (which divides by max(‖x‖‖y‖, 1e-8)); they differ only in the last bits.
-* The statistics are computed in float64 from the k_tail largest negatives (float32 on the GPU in
-  the code); they agree with a float32 computation to ~1e-3 in λ.
+* The statistics are computed in float64 (numpy, on the host; a GPU's (2N, k_tail) tail values are
+  copied over once per step) from the k_tail largest negatives (float32 on the GPU in the code); they
+  agree with a float32 computation to ~1e-3 in λ.
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
   slope 1/(1 − s), and the code's clamp s ≤ 1 − 1e-6 needs more than bf16's 8 bits.
 
@@ -52,11 +53,16 @@ With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by
 ``info_nce`` themselves, so it equals them bit for bit; the mixing code with a vanishing λ agrees
 with them to rounding (tested).
 
-Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one fused autograd function,
-:class:`_WeinceSimCLR`, on the normalised views and their cosine matrix (the row maximum of ℓ is known
-from the row's largest cosine, so the forward keeps exp(ℓ − c) and dℓ/ds, and the backward is one
-product and two GEMMs). A learnable τ or the auxiliary terms use the NT-Xent logits of
-``nt_xent_logits`` with their autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
+Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one GEMM for the cosines,
+a tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
+float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
+one fused autograd function, :class:`_WeinceSimCLR`, on the normalised views and the shortfalls 1 − s
+(the row maximum of ℓ is known from the row's largest cosine, so no pass finds it). When the rows are
+reduced by a mean or a sum, the fused function also forms the gradient in its forward, while its two
+(2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)`` does
+for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of three passes and two
+GEMMs. A learnable τ or the auxiliary terms use the NT-Xent logits of ``nt_xent_logits`` with their
+autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
 """
 
 from __future__ import annotations
