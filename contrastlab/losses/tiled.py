@@ -11,7 +11,7 @@ row (and, for CLIP's symmetric loss, column) log-sum-exp of the N × M matrix ``
   elementwise pass over the N × M buffer, because the softmax is ``E_ij / s_i`` and the per-row
   factor ``g_i / s_i`` can be applied to the (N, D) operands instead:
   ``∂Q = diag(g/s) E K`` and ``∂K = Eᵀ diag(g/s) Q``. When every row will get the same upstream
-  gradient (a mean or sum of the row losses, :func:`uniform_row_grad`), ``grad_ahead=True`` runs
+  gradient (a mean or sum of the row losses; see :func:`keeps_logits`), ``grad_ahead=True`` runs
   those two GEMMs in the forward, on each block of rows while it is still in cache, so that the N × M
   buffer is never allocated: the three GEMMs of forward + backward then run back to back on cached
   data (the fastest path; ``benchmarks/loss_speed.py``).
@@ -24,8 +24,9 @@ row (and, for CLIP's symmetric loss, column) log-sum-exp of the N × M matrix ``
 The row shift ``c_i`` (both paths) is chosen *before* the sweep, so that the subtraction is folded
 into the GEMM as an extra coordinate (``[q_i, −c_i]·[k_j, 1] = S_ij − c_i``) and each tile costs one
 GEMM, one ``exp`` and one sum; when every logit is known to lie in [−60, 60] (unit vectors and
-τ ≥ 1/60, the usual case) no shift is needed at all and the GEMM is the plain ``Q Kᵀ``. The shift ``c_i = max(S_i,ref, ū_i − 60)`` uses a logit ``S_i,ref`` of
-the row (a lower bound of the row maximum) and the Cauchy–Schwarz bound ``ū_i = ‖q_i‖ max_j ‖k_j‖``
+τ ≥ 1/60, the usual case) no shift is needed at all and the GEMM is the plain ``Q Kᵀ``. The shift
+``c_i = max(S_i,ref, ū_i − 60)`` uses a logit ``S_i,ref`` of the row (a lower bound of the row
+maximum) and the Cauchy–Schwarz bound ``ū_i = ‖q_i‖ max_j ‖k_j‖``
 (an upper bound), so no term exceeds e⁶⁰ and nothing overflows. A block of rows whose sum comes out
 tiny (the shift overshot the true maximum, possible only for very small τ or raw dot products) is
 recomputed with the exact running-maximum sweep, so the result never depends on the heuristic.
@@ -451,7 +452,7 @@ def _rows_forward(
     out: Tensor | None = None,
     col_offset: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """Row LSE by tiles with the pre-chosen shift as the GEMM's bias; returns ``(lse, sum)``.
+    """Row LSE by tiles with the pre-chosen shift folded into the GEMM; returns ``(lse, sum)``.
 
     ``sum_i = Σ_j exp(S_ij − c_i)`` for the shift ``c_i`` used (``lse_i = c_i + log sum_i``). With
     ``out`` (N × M, the dense path, ``col_block ≥ M``) the tiles are written there and kept.

@@ -262,10 +262,11 @@ def _top_values(x: Tensor, k: int, exclude: tuple[Tensor, ...] = (), *, inplace:
 
     ``exclude`` holds column indices, one per row each (the row itself, its positive), left out.
     ``inplace=True`` lets the selection overwrite ``x`` (a CPU caller that no longer needs it saves the
-    copy). On the CPU the selection runs in numpy on one masked copy: many rows are sorted whole (numpy's vectorised
-    sort: 0.32 ms at (512, 512) against 0.50 ms for ``numpy.partition`` and 1.4 ms for ``torch.topk``,
-    2 threads, on the benchmark machine), a single long row (the global tail) is partitioned
-    (introselect, O(C)) and only its k largest sorted; elsewhere it is ``torch.topk``.
+    copy). On the CPU the selection runs in numpy on one masked copy (or on ``x`` itself): many rows
+    are sorted whole (numpy's vectorised sort: 0.32 ms at (512, 512) against 0.50 ms for
+    ``numpy.partition`` and 1.4 ms for ``torch.topk``, 2 threads, on the benchmark machine), a single
+    long row (the global tail) is partitioned (introselect, O(C)) and only its k largest sorted;
+    elsewhere it is ``torch.topk``.
 
     Shape:
         x: ``(R, C)``; each of exclude: ``(R,)``; returns ``(R, k)``.
@@ -357,8 +358,7 @@ def _anchor_tail_stats(
     # Per-anchor OLS of y_W = log F̂ and y_G = log(−log F̂) on x = log δ (δ ascending), both at once,
     # from the sums S_xx, S_xy, S_yy: slope = S_xy/S_xx and SSE = S_yy − S_xy²/S_xx (the residuals'
     # sum of squares without forming them; in float64 the subtraction loses nothing the tests see).
-    # One (R, n) float64 array, updated in place: temporaries of this size (200 KiB at 2N = 512) would
-    # each be a fresh mmap in glibc, and page faults cost more than the arithmetic.
+    # One (R, n) float64 array, updated in place (fewer 200 KiB temporaries at 2N = 512).
     x = np.subtract(1.0, t[:, burn:], dtype=np.float64)
     np.maximum(x, eps, out=x)
     np.log(x, out=x)  # (R, n)
