@@ -280,8 +280,15 @@ def info_nce_gathered(
     itemsize = torch.finfo(dtype).bits // 8
     if negatives is None:
         p_all, offset = gather_with_grad(p)  # (N, D)
-        block = tiled.plan_chunk_size(n, p_all.shape[0], itemsize, chunk_size)
-    if negatives is None and block is not None:
+        keep = symmetric or tiled.keeps_logits(reduction, a_s, p_all)  # else the streamed dense path
+        block = tiled.plan_chunk_size(n, p_all.shape[0], itemsize, chunk_size, keeps_logits=keep)
+    if negatives is None and block is None and not keep:
+        # Streamed dense rows with the gradient formed in the forward (a mean or sum sends every local
+        # row the same upstream gradient); anchor i's own positive at column offset + i.
+        excl = variant == "dcl"
+        lse = tiled.dense_row_lse(a_s, p_all, exclude_diagonal=excl, diagonal=pos, col_offset=offset, grad_ahead=True)
+        loss = lse - pos
+    elif negatives is None and block is not None:
         # Tiled: local anchors against every positive, anchor i's own positive at column offset + i.
         excl = variant == "dcl"
         loss = tiled.tiled_lse(a_s, p_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset) - pos
@@ -356,12 +363,19 @@ def nt_xent_gathered(
     zb_all, _ = gather_with_grad(zb)
     big_n = za_all.shape[0]
     cand = torch.cat([za_all, zb_all])  # (2N, D)
-    block = tiled.plan_chunk_size(2 * n, 2 * big_n, torch.finfo(dtype).bits // 8, chunk_size)
-    if block is not None:
+    keep = tiled.keeps_logits(reduction, za, zb)
+    block = tiled.plan_chunk_size(2 * n, 2 * big_n, torch.finfo(dtype).bits // 8, chunk_size, keeps_logits=keep)
+    if block is not None or not keep:
+        # Each half of the local views against the gathered 2N candidates, view a's self column at
+        # offset + i and view b's at N + offset + i: tiled, or streamed dense with the gradient ahead.
         qa, qb = za * inv_t, zb * inv_t
         pos_t = (qa * zb).sum(dim=1)  # (n,): the positive logit of both views of sample i
-        lse_a = tiled.tiled_lse(qa, cand, block=block, exclude_diagonal=True, col_offset=offset)
-        lse_b = tiled.tiled_lse(qb, cand, block=block, exclude_diagonal=True, col_offset=big_n + offset)
+        if block is not None:
+            lse_a = tiled.tiled_lse(qa, cand, block=block, exclude_diagonal=True, col_offset=offset)
+            lse_b = tiled.tiled_lse(qb, cand, block=block, exclude_diagonal=True, col_offset=big_n + offset)
+        else:
+            lse_a = tiled.dense_row_lse(qa, cand, exclude_diagonal=True, col_offset=offset, grad_ahead=True)
+            lse_b = tiled.dense_row_lse(qb, cand, exclude_diagonal=True, col_offset=big_n + offset, grad_ahead=True)
         loss = torch.cat([lse_a - pos_t, lse_b - pos_t])
         return check_finite_loss(_share(loss, 2 * big_n, reduction), "z_a/z_b")
     local = torch.cat([za, zb]) * inv_t  # (2n, D)
