@@ -282,15 +282,14 @@ def info_nce_gathered(
         p_all, offset = gather_with_grad(p)  # (N, D)
         keep = symmetric or tiled.keeps_logits(reduction, a_s, p_all)  # else the streamed dense path
         block = tiled.plan_chunk_size(n, p_all.shape[0], itemsize, chunk_size, keeps_logits=keep)
+    excl = variant == "dcl"  # in-batch: leave anchor i's own positive (column offset + i) out
     if negatives is None and block is None and not keep:
         # Streamed dense rows with the gradient formed in the forward (a mean or sum sends every local
         # row the same upstream gradient); anchor i's own positive at column offset + i.
-        excl = variant == "dcl"
         lse = tiled.dense_row_lse(a_s, p_all, exclude_diagonal=excl, diagonal=pos, col_offset=offset, grad_ahead=True)
         loss = lse - pos
     elif negatives is None and block is not None:
         # Tiled: local anchors against every positive, anchor i's own positive at column offset + i.
-        excl = variant == "dcl"
         loss = tiled.tiled_lse(a_s, p_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset) - pos
         if symmetric:
             a_all, _ = gather_with_grad(a)
