@@ -43,11 +43,13 @@ def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor]:
 def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
     a = F.normalize(model(batch[0]), dim=1)
     p = F.normalize(model(batch[1]), dim=1)
-    # global RNG use inside the step (dropout-like noise) makes the RNG checkpointing matter
-    noise = 1e-3 * torch.randn(a.shape[0])
-    logits = a @ p.T / 0.2 + noise[:, None]
+    # Global RNG use inside the step (dropout-like noise) makes the RNG checkpointing matter. The noise is
+    # drawn per logit: a constant per row would cancel in the softmax, and the seed would reach the loss
+    # only through rounding. "noise" logs the step's first draw, a pure function of the seed.
+    noise = 1e-3 * torch.randn(a.shape[0], p.shape[0])
+    logits = a @ p.T / 0.2 + noise
     loss = F.cross_entropy(logits, torch.arange(a.shape[0]))
-    return loss, {"align": float((a - p).detach().pow(2).sum(1).mean())}
+    return loss, {"align": float((a - p).detach().pow(2).sum(1).mean()), "noise": float(noise[0, 0])}
 
 
 def eval_fn(model: nn.Module, step: int) -> dict[str, float]:

@@ -55,7 +55,9 @@ def test_determinism_under_seed(reference) -> None:
     _assert_same_params(again.model, reference[0].model)
     assert again.history == reference[0].history
     other = fit(make_model(), loss_fn, batch_at, replace(CONFIG, seed=4), eval_fn=eval_fn)
-    assert other.history[0]["loss"] != reference[0].history[0]["loss"]  # the seed reaches the loss's RNG
+    # The seed reaches the loss's RNG: the first noise draw under seed 4 is not the one under seed 3 (both are
+    # fixed values of torch's CPU generator, so this holds on every machine, not by rounding).
+    assert other.history[0]["noise"] != reference[0].history[0]["noise"]
 
 
 def test_sigint_saves_checkpoint_restores_handler_and_resume_is_exact(reference, tmp_path: Path) -> None:
