@@ -9,13 +9,13 @@ loss sum, so an interrupted-and-resumed run reproduces the uninterrupted one bit
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab.io import write_text_atomic
+from contrastlab.io import CorruptFileError, dumps_json_checked, loads_json_verified, write_text_atomic
 from contrastlab.train.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
@@ -188,15 +188,25 @@ class _SignalCatcher:
 
 
 def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` up to ``upto_step``, each verified against its own checksum.
+
+    A last line without its newline was cut by a crash and is dropped quietly; any other row that
+    fails its checksum is dropped with a warning naming the file and line.
+    """
     rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a crash
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+        try:
+            row = loads_json_verified(line, f"{path} line {i}")
+        except CorruptFileError as e:
+            if i < len(lines):  # not a line cut by a crash
+                warnings.warn(f"{e}; the row is dropped from the history", RuntimeWarning, stacklevel=3)
+            continue
+        if isinstance(row.get("step"), int) and row["step"] <= upto_step:
             rows.append(row)
     return rows
 
@@ -339,7 +349,7 @@ def fit(
             assert metrics_path is not None
             if metrics_path is not None:
                 history = _read_metrics(metrics_path, start)
-                write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
+                write_text_atomic(metrics_path, "".join(dumps_json_checked(r, line=True) + "\n" for r in history))
     if start == 0 and out is not None and metrics_path is not None:
         # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
         # fallback to checkpoint.prev.pt can never land in another run
@@ -442,7 +452,7 @@ def fit(
                 if row:
                     history.append(row)
                     if mfile is not None:
-                        mfile.write(json.dumps(row) + "\n")
+                        mfile.write(dumps_json_checked(row, line=True) + "\n")
                         mfile.flush()
                 progress.update(done, last_loss, force=bool(row))
 
