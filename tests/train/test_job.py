@@ -50,7 +50,7 @@ def test_sphere_batches_and_negatives(kind: str, shape) -> None:
     assert (None if "negatives" not in b else tuple(b["negatives"].shape[:-1]) + (3,)) == (
         None if shape is None else shape
     )
-    loss = make_loss_fn(cfg)(build_encoder(cfg, src.in_dim), b)
+    loss = make_loss_fn(cfg)(build_encoder(cfg, src), b)
     assert loss.ndim == 0 and torch.isfinite(loss)
 
 
