@@ -33,6 +33,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from contrastlab._checks import check_int as _check_int
+
 __all__ = [
     "MIXINGS",
     "INVERSE_ENCODERS",
@@ -51,14 +53,6 @@ __all__ = [
     "make_inverse_encoder",
     "random_orthogonal",
 ]
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_range(name: str, value: tuple[float, float]) -> tuple[float, float]:

@@ -457,7 +457,7 @@ def test_fused_kernel_paths_equal_autograd_reference(reduction, kw):
 
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
-    from contrastlab.losses.weince import _WeinceSimCLR
+    from contrastlab.losses.weince_kernels import _WeinceSimCLR
 
     g = torch.Generator().manual_seed(4)
     k = torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=1)
@@ -483,7 +483,7 @@ def test_gradient_made_ahead_recomputes_for_unequal_rows():
 @pytest.mark.parametrize("shape", [(7, 30), (1, 500), (40, 12)])
 def test_top_values_equals_topk(shape):
     """Both numpy selections (whole-row sort for many rows, partition for one) equal torch.topk."""
-    from contrastlab.losses.weince import _top_values
+    from contrastlab.losses.weince_tail import _top_values
 
     g = torch.Generator().manual_seed(5)
     x = torch.randn(*shape, generator=g)
