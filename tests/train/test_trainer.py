@@ -80,24 +80,51 @@ def test_sigint_saves_checkpoint_restores_handler_and_resume_is_exact(reference,
     assert resumed.history == reference[0].history and resumed.final_eval == reference[0].final_eval
 
 
-def test_sigkill_subprocess_then_resume_is_bit_identical(reference, tmp_path: Path) -> None:
+def _child(out: Path, stop_at: int, *flags: str) -> None:
+    """Run ``_tiny_run.py`` in a fresh process; with ``stop_at > 0`` SIGKILL it once it reports that step."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "_tiny_run.py"), str(tmp_path), "19"],
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
+    argv = [sys.executable, str(Path(__file__).parent / "_tiny_run.py"), str(out), str(stop_at), *flags]
+    if stop_at == 0:
+        subprocess.run(argv, env=env, check=True, timeout=300)
+        return
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
+
+
+def _assert_same_as_reference(reference, out: Path) -> None:
+    saved = load_checkpoint(out / "checkpoint.pt")
+    assert saved["step"] == STEPS
+    want = _params(reference[0].model)
+    assert saved["model"].keys() == want.keys()
+    for k, v in want.items():
+        assert torch.equal(saved["model"][k], v), k  # bit for bit
+    assert _metrics(out) == _metrics(reference[1])
+
+
+def test_sigkill_subprocess_then_resume_is_bit_identical(reference, tmp_path: Path) -> None:
+    _child(tmp_path, 19)
     assert latest_checkpoint(tmp_path)["step"] == 15
     assert max(r["step"] for r in _metrics(tmp_path)) == 18  # rows past the checkpoint: cut on resume
     resumed = fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True, eval_fn=eval_fn)
     _assert_same_params(resumed.model, reference[0].model)
     assert _metrics(tmp_path) == _metrics(reference[1])
+
+
+@pytest.mark.parametrize("flags", [("--threads", "1"), ("--threads", "2", "--fragment")])
+def test_rerun_in_a_fresh_process_is_bit_identical_across_threads_and_heap(reference, tmp_path: Path, flags) -> None:
+    # the reference ran in this process: one thread (tests/conftest.py) and pytest's heap
+    _child(tmp_path, 0, *flags)
+    _assert_same_as_reference(reference, tmp_path)
+
+
+def test_resume_with_other_threads_and_heap_is_bit_identical(reference, tmp_path: Path) -> None:
+    _child(tmp_path, 17, "--threads", "2")  # killed after step 17; the checkpoint is at 15
+    _child(tmp_path, 0, "--threads", "1", "--fragment", "--resume")
+    _assert_same_as_reference(reference, tmp_path)
 
 
 def test_truncated_checkpoint_falls_back_to_previous(reference, tmp_path: Path) -> None:
