@@ -244,9 +244,9 @@ def plot_k_gap(
         ax.set_title(label, fontsize=10)
         ax.grid(True, which="both", alpha=0.25)
     axes[0].set_ylabel("gap (nats); error bars = 1 s.e.")
-    axes[0].legend(fontsize=6.5, loc="lower left")
-    axes[1].legend(fontsize=6.5, loc="lower left")
-    axes[2].legend(fontsize=6.5, loc="lower left")
+    axes[0].legend(fontsize=6.5, loc="best")
+    axes[1].legend(fontsize=6.5, loc="best")
+    axes[2].legend(fontsize=6.5, loc="best")
     if title:
         fig.suptitle(title, fontsize=11)
     fig.tight_layout()
