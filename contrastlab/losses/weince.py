@@ -42,10 +42,16 @@ Differences between the paper's text (the defaults here) and the official code, 
 * When an anchor has K ≤ 2 negatives no tail fit is possible; the code then sets ΔAIC = 0 and pivots on
   the median, here ΔAIC = 0, β̂ = 0 and the pivot stays the q-order statistic.
 * Similarities are computed as normalised rows' dot products instead of ``nn.CosineSimilarity``
-  (which divides by max(‖x‖‖y‖, 1e-8)); they differ only in the last bits.
+  (which divides by max(‖x‖‖y‖, 1e-8)). In float32 they err by up to ~8e-7 near s = 1 (D = 128), and the
+  statistics read log(1 − s), which amplifies that error by 1/(1 − s). So a float32 row whose largest
+  tail cosine is within :data:`ENDPOINT_SHORTFALL` (1/4) of the endpoint has its tail recomputed from
+  float64 cosines (the fused kernel's 1 − s of that row too); its λ, ΔAIC and β̂ then equal those of
+  a float64 computation on the same inputs (measured: identical on clustered batches with
+  1 − s down to 7e-5). Rows farther out keep float32 cosines; measured against float64 on the same
+  inputs (2N = 256, D = 128, smallest ρ 0.31–0.61): λ within 1.4e-5, ΔAIC within 8e-4, β̂ within
+  2e-6 relative (``tests/losses/test_weince.py``; docs/weince.md).
 * The statistics are computed in float64 (numpy, on the host; a GPU's (2N, k_tail) tail values are
-  copied over once per step) from the k_tail largest negatives (float32 on the GPU in the code); they
-  agree with a float32 computation to ~1e-3 in λ.
+  copied over once per step) from the k_tail largest negatives (float32 on the GPU in the code).
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
   slope 1/(1 − s), and the code's clamp s ≤ 1 − 1e-6 needs more than bf16's 8 bits.
 
@@ -117,6 +123,33 @@ BETA_MODES = ("per_anchor", "one", "global_ema")
 
 #: The code adds this to the SSE of a fit whose slope has the wrong sign.
 _WRONG_SIGN_SSE = 1e6
+
+
+#: A row whose largest tail cosine s comes within this of the endpoint (1 − s < 1/4) has its
+#: statistics computed from float64 cosines (float32 inputs only). Cosines of float32 rows normalised
+#: and multiplied in float32 err by up to ~8e-7 absolutely at D = 128 (measured: 13 float32 ulps of 1,
+#: mostly the GEMM's accumulation), so a shortfall u = 1 − s errs by up to 8e-7/u relatively, and so
+#: does x = log u, the abscissa of every tail fit; near the endpoint that swamps the fits (ΔAIC, an
+#: n·log SSE, is the most sensitive). Above 1/4 the error of x is ≤ 3.2e-6; below, those rows are
+#: recomputed (a float64 GEMM of those rows only, so a batch far from the endpoint pays nothing).
+ENDPOINT_SHORTFALL = 0.25
+
+
+def _crowded_rows(top: Tensor, dtype: torch.dtype) -> Tensor:
+    """Rows of ``top`` (``(R, k)``, descending cosines) within :data:`ENDPOINT_SHORTFALL` of s = 1.
+
+    None for float64, whose cosines need no recomputation.
+    """
+    if dtype == torch.float64:
+        return torch.zeros(0, dtype=torch.long, device=top.device)
+    return torch.nonzero(top[:, 0] > 1.0 - ENDPOINT_SHORTFALL).squeeze(1)
+
+
+def _refine_rows(top: Tensor, crowded: Tensor, top64: Tensor) -> Tensor:
+    """``top`` in float64 with the rows ``crowded`` replaced by their float64 recomputation ``top64``."""
+    out = top.to(torch.float64)
+    out[crowded] = top64.to(out.device)
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -927,8 +960,28 @@ def weince(
         if negatives is None:
             in_place = work is not None and not need_global  # the global tail reads the cosines again
             top = _top_values(cos, k_tail, exclude=(rows, pos_index), inplace=in_place)
+            crowded = _crowded_rows(top, dtype)
+            if crowded.numel():  # float64 cosines for these rows: their shortfalls 1 − s keep their digits
+                with torch.no_grad():
+                    views64 = tiled.normalize_scale(torch.cat([a, b], dim=0).detach().to(torch.float64))
+                    cos64 = views64[crowded] @ views64.T  # (r, 2N)
+                    if work is not None:  # the fused kernel's 1 − s and positive cosines of these rows
+                        u[crowded] = torch.rsub(cos64, 1.0).to(dtype)
+                        s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
+                    excl = (rows[crowded], pos_index[crowded])
+                    top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
         else:
             top = _top_values(neg_pl, k_tail) * tau_det
+            crowded = _crowded_rows(top, dtype)
+            if crowded.numel():
+                with torch.no_grad():
+                    a64 = l2_normalize(z_a.detach()[crowded].to(torch.float64))  # (r, D)
+                    n64 = l2_normalize(negatives.detach().to(torch.float64))
+                    if n64.ndim == 2:
+                        neg64 = a64 @ n64.T  # (r, M)
+                    else:
+                        neg64 = torch.bmm(n64[crowded], a64.unsqueeze(2)).squeeze(2)  # (r, K)
+                    top = _refine_rows(top, crowded, _top_values(neg64, k_tail, inplace=True))
         tail = _anchor_tail_stats(top, q=q, kappa_rho=kappa_rho, kappa_aic=kappa_aic, margin=margin, eps=eps)
         lam = tail.lam.to(dtype) if fixed_lambda is None else torch.full_like(tail.lam, fixed_lambda, dtype=dtype)
 

@@ -101,10 +101,14 @@ def test_corrupted_or_missing_files_give_clear_errors(tmp_path):
     index.save(root)
     good = (root / "meta.json").read_text()
     (root / "meta.json").write_text(good[: len(good) // 2])
-    with pytest.raises(IndexFormatError, match=r"meta.json is corrupted \(not valid JSON"):
+    with pytest.raises(IndexFormatError, match=r"meta.json is corrupted"):
         EmbeddingIndex.load(root)
     (root / "meta.json").write_text(good.replace('"dim": 4', '"dim": "four"'))
     with pytest.raises(IndexFormatError, match="meta.json is corrupted"):
+        EmbeddingIndex.load(root)
+    # a change that still parses and passes every consistency check is caught by meta.json's own checksum
+    (root / "meta.json").write_text(good.replace('"nprobe": 8', '"nprobe": 9'))
+    with pytest.raises(IndexFormatError, match="meta.json is corrupted: its content does not match"):
         EmbeddingIndex.load(root)
     (root / "meta.json").write_text(good)
     blob = bytearray((root / "index.faiss").read_bytes())
@@ -120,6 +124,17 @@ def test_corrupted_or_missing_files_give_clear_errors(tmp_path):
         EmbeddingIndex.load(root)
     with pytest.raises(IndexFormatError, match="no meta.json"):
         EmbeddingIndex.load(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("as_torch", [False, True])
+def test_an_empty_index_cannot_be_built_or_saved(tmp_path, as_torch):
+    empty = np.empty((0, 4), np.float32)
+    index = EmbeddingIndex(4)
+    with pytest.raises(ValueError, match=r"^embeddings is empty \(shape \(0, 4\)\)"):
+        index.add(torch.from_numpy(empty) if as_torch else empty)
+    with pytest.raises(ValueError, match="^index is empty"):
+        index.save(tmp_path / "idx")
+    assert not (tmp_path / "idx" / "meta.json").exists()
 
 
 def test_inputs_are_passed_without_copies_when_possible():
