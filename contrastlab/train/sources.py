@@ -132,9 +132,13 @@ def build_concepts(config: JobConfig) -> DataSource:
 
 
 def _load_split(name: str, config: JobConfig, split: str) -> ImageDataset:
+    from contrastlab.data.base import DatasetNotFoundError
     from contrastlab.data.registry import load_dataset
 
-    ds = load_dataset(name, config.data.root, split)
+    try:
+        ds = load_dataset(name, config.data.root, split)
+    except DatasetNotFoundError as e:  # the readers name their argument `root`; the job's field is data.root
+        raise DatasetNotFoundError(f"data.{e}") from None
     size = config.data.image_size
     return ds if size is None else ds.resized(size)
 

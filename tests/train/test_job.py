@@ -135,6 +135,11 @@ def test_a_bad_combination_writes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^negatives\.kind='shared' needs data that draws fresh negatives"):
         run_job(from_dict(JobConfig, {"data": {"name": "digits"}, "negatives": {"kind": "shared"}}), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    from contrastlab.data import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError, match=r"(?s)^data\.root: .* never downloads"):
+        run_job(from_dict(JobConfig, {"data": {"name": "svhn", "root": str(tmp_path)}}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
     with pytest.raises(ConfigError, match=r"^eval\.n must be >= 10 on sphere"):
         from_dict(JobConfig, {"encoder": {"out_dim": 3}, "eval": {"n": 9}})
 
