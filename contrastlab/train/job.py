@@ -292,14 +292,18 @@ class EvalConfig:
     """Evaluation on a held-out set drawn once from the data source."""
 
     n: int = 2048
-    """number of held-out anchor/positive pairs (images: held-out test images, and probe training images)"""
+    """number of held-out anchor/positive pairs (images: held-out test images)"""
     seed: int = 12345
     """seed of the held-out set (independent of the training seed)"""
+    probe_n: int = 5000
+    """labelled data: un-augmented training images the linear probe fits on (at most all of them; 0: no probe)"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.n < 2:
             raise ConfigError(f"n must be >= 2, got {self.n}")
+        if self.probe_n < 0:
+            raise ConfigError(f"probe_n must be >= 0, got {self.probe_n}")
 
 
 @dataclass(frozen=True)
@@ -454,8 +458,16 @@ def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], 
 
 
 def _embed(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
-    """``model`` over ``x`` in blocks of ``rows`` rows (bounded memory), float32 on ``device``."""
-    return torch.cat([model(x[i : i + rows].to(device)).float() for i in range(0, x.shape[0], rows)])
+    """``model`` over ``x`` in blocks of ``rows`` rows (bounded memory), float32 on ``device``.
+
+    ``uint8`` images are scaled to [0, 1] block by block, so a large image set is never held in float.
+    """
+
+    def block(i: int) -> Tensor:
+        xb = x[i : i + rows].to(device)
+        return xb.float() / 255.0 if xb.dtype == torch.uint8 else xb
+
+    return torch.cat([model(block(i)).float() for i in range(0, x.shape[0], rows)])
 
 
 def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, int], dict[str, float]]:
@@ -469,7 +481,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     arXiv 2102.08850): :func:`contrastlab.eval.identifiability.linear_r2` of the true latents on the
     (normalised) representation, fitted on half the held-out rows and scored on the other half.
     ``probe_accuracy`` is a linear probe (:func:`contrastlab.eval.probe.linear_probe`) on the frozen
-    representation of un-augmented images, trained on ``eval.n`` training images, scored on the held-out ones.
+    representation of un-augmented images, fitted on ``eval.probe_n`` training images, scored on the held-out ones.
     """
     from contrastlab.eval.identifiability import linear_r2
     from contrastlab.eval.probe import linear_probe

@@ -56,7 +56,7 @@ class DataSource:
         fresh_negatives: whether the builder draws negatives beyond the batch (``negatives.kind``
             ``shared``/``per_anchor``).
         probe_train: un-augmented training rows ``{"clean": images, "labels": labels}`` for the linear
-            probe, or ``None``.
+            probe (images as the dataset stores them, ``uint8`` or float in [0, 1]), or ``None``.
     """
 
     kind: Kind
@@ -132,9 +132,13 @@ def build_concepts(config: JobConfig) -> DataSource:
 
 
 def _load_split(name: str, config: JobConfig, split: str) -> ImageDataset:
+    from contrastlab.data.base import DatasetNotFoundError
     from contrastlab.data.registry import load_dataset
 
-    ds = load_dataset(name, config.data.root, split)
+    try:
+        ds = load_dataset(name, config.data.root, split)
+    except DatasetNotFoundError as e:  # the readers name their argument `root`; the job's field is data.root
+        raise DatasetNotFoundError(f"data.{e}") from None
     size = config.data.image_size
     return ds if size is None else ds.resized(size)
 
@@ -146,7 +150,7 @@ def build_images(name: str, config: JobConfig) -> DataSource:
     set ``eval.n`` images of the ``test`` split drawn with ``eval.seed``; both are resized to
     ``data.image_size`` when set. Each view is ``REGIMES[views.augment]`` applied with its own draw;
     training draws come from ``(train.seed, step)`` (:class:`~contrastlab.data.views.TwoViewBatches`).
-    The linear probe trains on ``eval.n`` un-augmented training images (``eval.seed``).
+    The linear probe fits on ``eval.probe_n`` un-augmented training images (``eval.seed``).
 
     Raises:
         contrastlab.train.ConfigError: ``data.batch_size`` exceeds the training images.
@@ -179,18 +183,19 @@ def build_images(name: str, config: JobConfig) -> DataSource:
     held = test.subset(torch.randperm(len(test), generator=g)[: config.eval.n])
     clean = held.float_images()
     eval_batch = {"anchor": augment(clean, g), "positive": augment(clean, g), "labels": held.labels, "clean": clean}
-    probe_rows = torch.randperm(len(train), generator=g)[: config.eval.n]
+    probe_rows = torch.randperm(len(train), generator=g)[: config.eval.probe_n]
     probe_rows = probe_rows[labelled[probe_rows]]
     probe_set = train.subset(probe_rows)
-    probe_train = {"clean": probe_set.float_images(), "labels": probe_set.labels}
+    probe_train = {"clean": probe_set.images, "labels": probe_set.labels}  # as stored (uint8); scaled when encoded
     has_labels = bool(labelled.all()) and bool((held.labels >= 0).all())
+    probe = has_labels and len(probe_rows) > 0
     return DataSource(
         "images",
         train.image_shape,
         batch_at,
         eval_batch,
         num_classes=train.num_classes if has_labels else 0,
-        probe_train=probe_train if has_labels else None,
+        probe_train=probe_train if probe else None,
     )
 
 
