@@ -1,6 +1,6 @@
-"""WEINCE over the global batch under torch.distributed (issue #10), equal to one process.
+"""WEINCE over the global batch under torch.distributed, equal to one process.
 
-Erol et al. 2026 (§2.3 of ``shared/reference/papers.md``; :mod:`contrastlab.losses.weince`). Each rank
+Erol et al. 2026 (arXiv 2606.00262; :mod:`contrastlab.losses.weince`). Each rank
 holds n of the N samples (2n of the 2N SimCLR views) and computes the single-process WEINCE of the
 global batch restricted to its own rows:
 

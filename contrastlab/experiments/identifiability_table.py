@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from contrastlab import figures
 from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, train_latent
-from contrastlab.io import atomic_path
+from contrastlab.seeds import seed_stream
 
 SETTINGS = ("holds", "violated", "corrected", "inverse")
 
@@ -121,14 +122,10 @@ def _paper(generator: str, setting: str) -> str:
 
 
 def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     gens, sets = config.generators, config.settings
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
+    fig, axes = figures.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
     axes = np.atleast_1d(axes)
     x = np.arange(len(gens))
     for ax, s in zip(axes, sets, strict=True):
@@ -143,9 +140,7 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
     axes[0].set_ylabel("held-out linear R²")
     axes[0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -162,8 +157,11 @@ def run(config: Config, out_dir: Path) -> dict:
     for g in config.generators:
         for s in config.settings:
             results[(g, s)] = [
-                train_latent(_run_for(config, g, s, seed), out_dir / "train" / f"{g}__{s}__{seed}")
-                for seed in range(config.seed, config.seed + config.seeds)
+                train_latent(
+                    _run_for(config, g, s, seed_stream(config.seed, "repetition", i)),
+                    out_dir / "train" / f"{g}__{s}__{i}",
+                )
+                for i in range(config.seeds)
             ]
     r2 = {k: aggregate(v, "r2") for k, v in results.items()}
     cols = ["generator"]

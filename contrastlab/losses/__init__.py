@@ -24,3 +24,7 @@ __all__ = [
 from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce  # noqa: E402
 
 __all__ += ["SupportCorrectedInfoNCELoss", "support_corrected_info_nce"]
+
+from contrastlab.losses.siglip import SigLIPLoss, siglip  # noqa: E402
+
+__all__ += ["SigLIPLoss", "siglip"]

@@ -13,7 +13,7 @@ top. WEINCE blends the softmax logit with the "endpoint shortfall" logit −log(
 
 over SimCLR's 2N views (each view's positive is its partner, its negatives the other 2N − 2 views).
 λ_i and β_i are stop-gradient batch statistics (no gradient flows through them), computed per anchor
-from its K negatives (§2.3 of ``shared/reference/papers.md``, exactly as the official code does):
+from its K negatives, exactly as the official code of Erol et al. 2026 (arXiv 2606.00262) does:
 
 1. k_tail = clip(max(min_tail, round(tail_frac·K)), 10, K); take the k_tail largest negative cosines
    (sorted descending), shortfalls δ = max(1 − s, eps), x = log δ.
@@ -564,7 +564,7 @@ class _MixedCrossEntropy(torch.autograd.Function):
     The stop-gradient λ, λβ are constants, so ∂ℓ_ij/∂(s_ij/τ) = (1 − λ_i) + λ_i β_i τ/(1 − s_ij) (0 where s is
     clamped at 1 − eps). The forward computes the mixed logits with in-place ops and stores that
     derivative; the backward is softmax − one-hot times it: about a third of the passes over the (R, C)
-    matrix that autograd makes (the speed target of issue #6). Not twice differentiable.
+    matrix that autograd makes. Not twice differentiable.
     """
 
     @staticmethod
