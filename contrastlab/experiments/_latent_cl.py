@@ -23,9 +23,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.eval.identifiability import identifiability_metrics
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP
+from contrastlab.seeds import stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
 from contrastlab.worlds.restricted import sample_pairs, sample_restricted_negatives
@@ -154,7 +156,7 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
     t0, c0 = time.perf_counter(), time.process_time()
     res = fit(model, loss_fn, _batch_source(run, mixing, kappa), cfg, out_dir=out_dir)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    g = torch.Generator().manual_seed(10_000 + run.seed)
+    g = stream_generator(run.seed, "test_latents")
     z_test = sample_uniform_sphere(run.n_test, run.d, generator=g, dtype=torch.float64)
     with torch.no_grad():
         zh = res.model(mixing(z_test).float()).double()
@@ -239,14 +241,7 @@ def plot_lines(
     path: Path,
 ) -> None:
     """R² against a swept parameter: ours (mean ± sd, solid) and the paper's points (dashed, hollow)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contrastlab.io import atomic_path
-
-    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    fig, ax = figures.subplots(figsize=(4.8, 3.4))
     for i, (label, (mean, sd)) in enumerate(series.items()):
         ax.errorbar(xs, mean, yerr=sd, marker="o", color=f"C{i}", label=f"{label} (ours)", capsize=3)
         if label in paper:
@@ -257,6 +252,4 @@ def plot_lines(
     ax.set_ylim(-0.02, 1.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Literal, cast
 
 from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Identity generator) at the ρ values it reports.
 PAPER_R2 = {"mlp": {0.0: 0.053, 0.5: 0.575, 1.0: 0.626}, "inverse": {0.3: 1.00, 1.0: 0.709}}
@@ -88,11 +89,11 @@ def run(config: Config, out_dir: Path) -> dict:
                         norm_order=config.norm_order,
                         n_test=config.n_test,
                         shared_negatives=False,
-                        seed=s,
+                        seed=seed_stream(config.seed, "repetition", s),
                     ),
                     out_dir / "train" / f"{e}__rho{rho:g}__{s}",
                 )
-                for s in range(config.seed, config.seed + config.seeds)
+                for s in range(config.seeds)
             ]
     total = time.perf_counter() - t0
     r2 = {k: aggregate(v, "r2") for k, v in res.items()}

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from contrastlab import figures
 from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, interval95, run_cached
-from contrastlab.io import atomic_path
 
 SETTINGS = ("holds", "violated", "corrected", "inverse")
 
@@ -129,14 +129,10 @@ def _paper(generator: str, setting: str) -> str:
 
 
 def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     gens, sets = config.generators, config.settings
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
+    fig, axes = figures.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
     axes = np.atleast_1d(axes)
     x = np.arange(len(gens))
     for ax, s in zip(axes, sets, strict=True):
@@ -151,9 +147,7 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
     axes[0].set_ylabel("held-out linear R²")
     axes[0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)
 
 
 def run(config: Config, out_dir: Path) -> dict:

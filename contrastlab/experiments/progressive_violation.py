@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Linear / Monomial) per d_fixed, mean over 5 seeds.
 PAPER_R2 = {
@@ -88,11 +89,11 @@ def run(config: Config, out_dir: Path) -> dict:
                         norm_order=config.norm_order,
                         linear_out_dim=config.linear_out_dim,
                         n_test=config.n_test,
-                        seed=s,
+                        seed=seed_stream(config.seed, "repetition", s),
                     ),
                     out_dir / "train" / f"{g}__dfixed{m}__{s}",
                 )
-                for s in range(config.seed, config.seed + config.seeds)
+                for s in range(config.seeds)
             ]
     total = time.perf_counter() - t0
     r2 = {k: aggregate(v, "r2") for k, v in res.items()}
