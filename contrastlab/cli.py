@@ -95,7 +95,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.io import read_json_verified, write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, make_eval_fn
+    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
     from contrastlab.train.trainer import resolve_device
 
     if rest:
@@ -108,7 +108,8 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
     source = DATA_BUILDERS[cfg.data.name](cfg)
-    model = build_encoder(cfg, source.in_dim)
+    check_job(cfg, source)
+    model = build_encoder(cfg, source)
     model.load_state_dict(state["model"])
     model.to(resolve_device(cfg.train.device)).eval()
     import torch

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrastlab.io import CorruptFileError, atomic_path, loads_json_verified, read_json_verified, write_text_atomic
+from contrastlab import figures
+from contrastlab.io import CorruptFileError, loads_json_verified, read_json_verified, write_text_atomic
 
 __all__ = ["write_report", "load_run", "RunData"]
 
@@ -106,15 +107,10 @@ def _curve_keys(rows: list[dict[str, Any]]) -> list[str]:
 
 def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     """One panel per logged quantity (loss, lr, eval/…) against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = _curve_keys(rows)
     ncols = min(3, max(1, len(keys)))
     nrows = max(1, math.ceil(len(keys) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.9 * nrows), squeeze=False)
+    fig, axes = figures.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.9 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None)
@@ -129,9 +125,7 @@ def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
         ax.axis("off")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 #: Above this many training curves in one run, they are drawn as one overlay of the losses.
@@ -155,12 +149,8 @@ def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
                 series.append((name, pts))
     if len(series) < 2 or len(series) > MAX_OVERLAY_SERIES * (4 if len(runs) == 1 else 1):
         return False
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = figures.subplots(figsize=(6.5, 3.8))
     for label, pts in series:
         ax.plot([s for s, _ in pts], [v for _, v in pts], label=label)
     ax.set_xlabel("step")
@@ -170,9 +160,7 @@ def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
     return True
 
 

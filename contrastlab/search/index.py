@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from contrastlab import __version__
-from contrastlab._checks import check_choice, check_embeddings
+from contrastlab._checks import check_choice, check_embeddings, check_int
 from contrastlab.io import CorruptFileError, atomic_path, read_json_verified, sha256_file, write_json_atomic
 
 __all__ = ["EmbeddingIndex", "SearchResult", "IndexFormatError", "as_float32_matrix"]
@@ -124,9 +124,7 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return check_int(name, value, 1)
 
 
 class EmbeddingIndex:

@@ -191,7 +191,7 @@ def test_errors_name_the_argument():
         EmbeddingIndex(4, metric="l2")
     with pytest.raises(ValueError, match="^kind must be one of"):
         EmbeddingIndex(4, kind="pq")
-    with pytest.raises(ValueError, match="^dim must be a positive integer"):
+    with pytest.raises(ValueError, match="^dim must be >= 1"):
         EmbeddingIndex(0)
     with pytest.raises(ValueError, match="^embeddings: IVF with nlist = 10"):
         EmbeddingIndex(4, kind="ivf", nlist=10).add(np.eye(4, dtype=np.float32))

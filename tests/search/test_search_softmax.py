@@ -169,3 +169,18 @@ def test_errors_name_the_argument():
     flat.add(c)
     with pytest.raises(ValueError, match="^index must be exact"):
         topk_log_partition(flat, q, 3, temperature=0.1)
+
+
+@pytest.mark.parametrize("block_size", [None, 7, 64])
+def test_log_partition_both_conventions_against_torch_logsumexp(block_size):
+    """The sum (default) is logsumexp over all N rows; ``average=True`` is that minus log N, N counted over blocks."""
+    g = torch.Generator().manual_seed(4)
+    q, c = torch.randn(5, 6, generator=g, dtype=torch.float64), torch.randn(130, 6, generator=g, dtype=torch.float64)
+    lse = torch.logsumexp(q @ c.T / 0.3, dim=1)
+    got_sum = log_partition(q, c, temperature=0.3, block_size=block_size)
+    torch.testing.assert_close(got_sum, lse, rtol=1e-13, atol=1e-13)
+    for corpus in (c, [c[:50], c[50:51], c[51:]]):  # a tensor, and uneven blocks: N = 130 either way
+        got_mean = log_partition(q, corpus, temperature=0.3, block_size=block_size, average=True)
+        torch.testing.assert_close(got_mean, lse - math.log(130), rtol=1e-13, atol=1e-13)
+    with pytest.raises(TypeError, match="^average"):
+        log_partition(q, c, temperature=0.3, average=1)
