@@ -195,26 +195,14 @@ _SET_BY_JOB = ("temperature", "symmetric", "normalize", "gather", "negatives", "
 
 
 def loss_registry() -> Mapping[str, Callable[..., Any]]:
-    """The loss registry the job dispatches through: name → loss function, :data:`contrastlab.losses.LOSSES`.
+    """The loss registry the job dispatches through: :data:`contrastlab.losses.LOSSES` (name → loss function).
 
     A loss function takes the two views ``(anchor, positive)`` (or, when it has a ``labels`` parameter,
     the stacked embeddings and their labels) and keywords; :func:`call_loss` passes those it accepts.
     """
-    from contrastlab import losses
+    from contrastlab.losses import LOSSES
 
-    registry = getattr(losses, "LOSSES", None)
-    if registry is not None:
-        return cast(Mapping[str, Callable[..., Any]], registry)
-    from functools import partial
-
-    return {
-        "info_nce": losses.info_nce,
-        "dcl": partial(losses.info_nce, variant="dcl"),
-        "nt_xent": losses.nt_xent,
-        "supcon": losses.supcon,
-        "weince": losses.weince,
-        "support_corrected": losses.support_corrected_info_nce,
-    }
+    return LOSSES
 
 
 def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
