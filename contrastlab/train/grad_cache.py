@@ -19,10 +19,12 @@ One step therefore runs in three passes (:func:`cached_backward`):
    accumulate over the mini-batches.
 
 The result equals the gradient of the loss of the embeddings that pass 1 computed, to the rounding of
-the summation order. The price is one extra forward pass. Under ``torch.distributed`` the loss is the
+the summation order. The price is one extra forward pass over all but one mini-batch: in one process
+the last mini-batch of pass 1 keeps its graph and is back-propagated right after pass 2 (so the peak
+holds one mini-batch's activations, during the loss too) instead of being replayed. Under ``torch.distributed`` the loss is the
 rank's share of the gathered loss (``gather=True``), whose backward in pass 2 delivers every rank's
-contribution to this rank's embeddings; pass 3 then runs the mini-batches through the unwrapped model
-and only the last through ``DistributedDataParallel`` (one gradient all-reduce per step, as without
+contribution to this rank's embeddings; pass 3 then replays every mini-batch, through the unwrapped
+model and only the last through ``DistributedDataParallel`` (one gradient all-reduce per step, as without
 caching, whatever the number of mini-batches on each rank).
 
 The encoder must embed each row independently of the others: BatchNorm in training mode (which mixes
@@ -124,17 +126,23 @@ def cached_backward(
     check_embed_minibatch(embed_minibatch, rows.shape[0])
     chunks = rows.split(embed_minibatch)
     device = rows.device
+    last = len(chunks) - 1
+    # In one process the last mini-batch keeps its graph from pass 1 and is not replayed (one
+    # forward pass saved). Under DDP every mini-batch is replayed, the last through the wrapper, so
+    # that DDP's single gradient all-reduce comes after all the others have accumulated.
+    keep_last = net is None or net is model
 
     # pass 1: embeddings without a graph, the RNG state before each mini-batch kept for the replay
     states: list[tuple[Tensor, Tensor | None]] = []
     parts: list[Tensor] = []
-    with torch.no_grad():
-        for chunk in chunks:
-            states.append(_rng_state(device))
-            with autocast():
-                parts.append(embed(model, chunk))
+    for i, chunk in enumerate(chunks):
+        states.append(_rng_state(device))
+        with torch.set_grad_enabled(keep_last and i == last), autocast():
+            parts.append(embed(model, chunk))
     after = _rng_state(device)
-    emb = torch.cat(parts).requires_grad_()  # (R, D) leaf: the loss's gradient stops here
+    kept = parts[last] if keep_last else None
+    emb = torch.cat([p.detach() for p in parts]).requires_grad_()  # (R, D) leaf: the loss's gradient stops here
+    del parts
 
     # pass 2: the loss and its gradient with respect to the embeddings (and any parameter of the loss)
     with autocast():
@@ -144,14 +152,16 @@ def cached_backward(
     if grad is None:
         raise ValueError("loss: the objective's loss does not depend on the embeddings it was given")
 
-    # pass 3: replay each mini-batch with its RNG state and push the cached gradient through it
-    last = len(chunks) - 1
-    start = 0
-    for i, chunk in enumerate(chunks):
+    # pass 3: the kept mini-batch first (freeing its graph), then each other mini-batch replayed with
+    # its RNG state, pushing the cached gradient through it
+    starts = [embed_minibatch * i for i in range(len(chunks))]
+    if kept is not None:
+        kept.backward(grad[starts[last] :])
+        del kept
+    for i, chunk in enumerate(chunks[:last] if keep_last else chunks):
         _set_rng_state(states[i], device)
         with autocast():
             out = embed(net if (i == last and net is not None) else model, chunk)
-        out.backward(grad[start : start + chunk.shape[0]])
-        start += chunk.shape[0]
+        out.backward(grad[starts[i] : starts[i] + chunk.shape[0]])
     _set_rng_state(after, device)
     return loss.detach(), logs
