@@ -9,9 +9,11 @@ fine-tune: row-independent, which gradient caching needs). One step embeds B anc
 * ``cached``: :func:`contrastlab.train.cached_backward` with ``--minibatch`` rows per forward
   (activations of one mini-batch, one extra forward pass).
 
-Each (mode, B) runs in a fresh process: it builds the model and the batch, records its resident set
-size (the baseline), runs one warm-up step, times ``--repeats`` steps and reports the median and its
-peak resident set size (``ru_maxrss``). The parent prints one markdown table.
+Peak memory: each (mode, B) runs in a fresh process that builds the model and the batch, records its
+resident set size (the baseline), runs two steps and reports its peak resident set size
+(``ru_maxrss``). Time: one more process per B runs plain and cached steps interleaved (one warm-up
+round, then ``--repeats`` rounds; interleaving spreads a shared machine's load over both) and reports
+the medians. The parent prints one markdown table.
 
 Usage:
     python benchmarks/grad_cache_memory.py                          # B = 64 … 1,024
@@ -37,7 +39,10 @@ MODES = ("plain", "cached")
 
 
 def child(mode: str, batch: int, width: int, minibatch: int, repeats: int) -> None:
-    """Measure one configuration in this process and print a JSON line."""
+    """Measure one configuration in this process and print a JSON line.
+
+    ``mode`` is ``plain`` or ``cached`` (peak RSS of two steps) or ``time`` (interleaved medians).
+    """
     from contrastlab.losses import info_nce
     from contrastlab.models import ResNet18
     from contrastlab.train import EmbeddingObjective, cached_backward
@@ -50,17 +55,27 @@ def child(mode: str, batch: int, width: int, minibatch: int, repeats: int) -> No
         inputs=lambda b: torch.cat(b), loss=lambda e, b: info_nce(*e.split(b[0].shape[0]), temperature=0.1)
     )
 
-    def step() -> None:
+    def plain() -> None:
         model.zero_grad(set_to_none=True)
-        if mode == "plain":
-            objective(model, images).backward()
-        else:
-            cached_backward(model, objective, images, minibatch)
+        objective(model, images).backward()
 
+    def cached() -> None:
+        model.zero_grad(set_to_none=True)
+        cached_backward(model, objective, images, minibatch)
+
+    if mode == "time":
+        times = C.interleaved_medians({"plain": plain, "cached": cached}, repeats)
+        print(
+            json.dumps(
+                {k: statistics.median(v) for k, v in times.items()} | {"spread": max(map(C.spread, times.values()))}
+            )
+        )
+        return
     baseline = C.current_rss_bytes()
-    step()  # warm-up
-    times = [C.time_once(step) for _ in range(repeats)]
-    print(json.dumps({"peak": C.peak_rss_bytes(), "baseline": baseline, "seconds": statistics.median(times)}))
+    step = plain if mode == "plain" else cached
+    step()
+    step()
+    print(json.dumps({"peak": C.peak_rss_bytes(), "baseline": baseline}))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES), help="pairs per step B (2B rows)")
     ap.add_argument("--width", type=int, default=16, help="ResNet-18 first-stage channels")
     ap.add_argument("--minibatch", type=int, default=64, help="rows per forward pass when caching")
-    ap.add_argument("--repeats", type=int, default=3, help="timed steps per configuration (median reported)")
+    ap.add_argument("--repeats", type=int, default=5, help="timed rounds per batch size (medians reported)")
     ap.add_argument("--threads", type=int, default=C.DEFAULT_THREADS, help="torch intra-op threads")
     ap.add_argument("--timeout", type=float, default=3600.0, help="seconds allowed per child")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "B"), help=argparse.SUPPRESS)
@@ -87,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     for b in args.batches:
         res = {}
-        for mode in MODES:
+        for mode in (*MODES, "time"):
             res[mode] = C.run_child(
                 [here, "--child", mode, str(b), "--width", str(args.width), "--minibatch", str(args.minibatch),
                  "--repeats", str(args.repeats), "--threads", str(args.threads)],
@@ -100,14 +115,20 @@ def main(argv: list[str] | None = None) -> int:
             row.append(
                 r["error"] if "error" in r else f"{C.fmt_bytes(r['peak'])} (+{C.fmt_bytes(r['peak'] - r['baseline'])})"
             )
-        for mode in MODES:
-            row.append("—" if "error" in res[mode] else C.fmt_time(res[mode]["seconds"]))
-        ok = all("error" not in res[m] for m in MODES)
-        row.append(f"{res['cached']['seconds'] / res['plain']['seconds']:.2f}×" if ok else "—")
+        t = res["time"]
+        if "error" in t:
+            row += [t["error"], "—", "—"]
+        else:
+            row += [
+                C.fmt_time(t["plain"]),
+                C.fmt_time(t["cached"]),
+                f"{t['cached'] / t['plain']:.2f}× (±{t['spread']:.0%})",
+            ]
         rows.append(row)
     C.print_table(
         f"One InfoNCE step on a CIFAR ResNet-18 (width {args.width}, frozen BN), {args.threads} threads: peak RSS "
-        f"(increase over the process after building model and batch) and median step time; cached = "
+        f"(increase over the process after building model and batch) and median step time (interleaved; ± the larger "
+        f"spread (max − min)/median of the two); cached = "
         f"mini-batches of {args.minibatch} rows",
         ["B (pairs)", "rows", "peak RSS plain", "peak RSS cached", "step plain", "step cached", "cached / plain"],
         rows,
