@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
+from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sampler import step_generator
 
 __all__ = [
@@ -268,22 +269,24 @@ def _loss_value(
     return losses.supcon(torch.cat([a, p]), torch.cat([labels, labels]), temperature=config.temperature, gather=gather)
 
 
-def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
-    """``(model, batch) -> loss`` for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``."""
+def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
+    """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
 
-    def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        n = batch["anchor"].shape[0]
+    The encoder embeds anchors, positives and any negatives of the batch (``(M, in_dim)`` or
+    ``(N, K, in_dim)``) as one ``(R, in_dim)`` stack, so ``train.embed_minibatch`` can cache it.
+    """
+
+    def inputs(batch: dict[str, Tensor]) -> Tensor:
         raw = batch.get("negatives")
-        if raw is None:
-            a, p = model(torch.cat([batch["anchor"], batch["positive"]])).split(n)
-            return _loss_value(config.loss, a, p, batch, None, gather=True)
-        flat = raw.reshape(-1, raw.shape[-1])
-        emb = model(torch.cat([batch["anchor"], batch["positive"], flat]))
-        a, p, negs = emb[:n], emb[n : 2 * n], emb[2 * n :]
-        negs = negs.view(*raw.shape[:-1], -1)
-        return _loss_value(config.loss, a, p, batch, negs, gather=True)
+        extra = [] if raw is None else [raw.reshape(-1, raw.shape[-1])]
+        return torch.cat([batch["anchor"], batch["positive"], *extra])
 
-    return loss_fn
+    def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        n, raw = batch["anchor"].shape[0], batch.get("negatives")
+        negs = None if raw is None else emb[2 * n :].view(*raw.shape[:-1], -1)
+        return _loss_value(config.loss, emb[:n], emb[n : 2 * n], batch, negs, gather=True)
+
+    return EmbeddingObjective(inputs=inputs, loss=loss)
 
 
 def _linear_r2(emb: Tensor, latent: Tensor) -> float:
