@@ -18,8 +18,8 @@ The first ``num_negatives`` survivors, most similar first, are the anchor's hard
 anchor with fewer survivors gets ``-1`` ids (and NaN scores) in the remaining slots.
 
 Memory: anchors are processed ``batch_size`` at a time, so what is held is the index, the ``(N, K)``
-results and ``O(batch_size × candidates)`` per batch (plus ``O(batch_size × block)`` while the
-log-partition streams the corpus) — never ``N × M``. 100,000 anchors against 1,000,000 items with
+results and ``O(batch_size × candidates)`` per batch (plus ``batch_size × block_size`` float32 logits,
+64 MiB by default, while the log-partition streams the corpus) — never ``N × M``. 100,000 anchors against 1,000,000 items with
 K = 16 is a 12.8 MB result. The log-partition visits the whole corpus for each anchor, so it costs
 ``N × M × D`` multiply-adds; leave ``max_probability=None`` to search only.
 """
@@ -116,7 +116,7 @@ def mine_hard_negatives(
     max_probability: float | None = None,
     temperature: float = 0.05,
     batch_size: int = 4096,
-    block_size: int = 65536,
+    block_size: int | None = None,
 ) -> MinedNegatives:
     """Top-similarity corpus items per anchor that are not (likely) positives.
 
@@ -140,7 +140,8 @@ def mine_hard_negatives(
             ``temperature`` over the whole index; ``None`` (default) disables it.
         temperature: τ of that softmax search (the model's training temperature).
         batch_size: anchors per faiss search and log-partition.
-        block_size: corpus rows per block of the log-partition.
+        block_size: corpus rows per block of the log-partition (default ``2^24 // batch_size``:
+            64 MiB of float32 logits per block).
 
     Returns:
         :class:`MinedNegatives`.
@@ -173,7 +174,7 @@ def mine_hard_negatives(
             raise ValueError(f"max_probability must be in (0, 1], got {mp}")
     tau = check_positive_float("temperature", temperature)
     batch_size = _positive_int("batch_size", batch_size)
-    block_size = _positive_int("block_size", block_size)
+    block_size = max(1, 2**24 // batch_size) if block_size is None else _positive_int("block_size", block_size)
     if index.metric == "cosine":
         a, p = _normalized("anchors", a), _normalized("positives", p)
 
@@ -191,7 +192,7 @@ def mine_hard_negatives(
             keep &= res.scores <= pos_scores[s:e, None] - np.float32(margin)
         lp = None
         if log_cap is not None:
-            log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau).numpy()  # (b,) float64
+            log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
             lp = res.scores.astype(np.float64) / tau - log_z[:, None]
             keep &= lp <= log_cap
         # the first k survivors of each row, in the search's order (most similar first)
