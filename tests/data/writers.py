@@ -134,6 +134,17 @@ def write_tiny_imagenet(root: Path, n: int = 3) -> None:
     (base / "val" / "val_annotations.txt").write_text("".join(lines))
 
 
+def write_pairs(root: Path, n: int = 3) -> None:
+    """``anchors.npy`` and ``positives.npy`` of the ``pairs`` dataset: ``8 n + 40`` noisy pairs of 6 features.
+
+    Enough rows for a few batches after the jobs' held-out ``eval.n`` (at most 32 in the tests).
+    """
+    root.mkdir(parents=True, exist_ok=True)
+    anchors = RNG.standard_normal((8 * n + 40, 6)).astype(np.float32)
+    np.save(root / "anchors.npy", anchors)
+    np.save(root / "positives.npy", anchors + np.float32(0.1) * RNG.standard_normal(anchors.shape).astype(np.float32))
+
+
 WRITERS: dict[str, Callable[[Path, int], object]] = {
     "cifar10": write_cifar10,
     "cifar10h": write_cifar10h,
@@ -142,5 +153,7 @@ WRITERS: dict[str, Callable[[Path, int], object]] = {
     "svhn": write_svhn,
     "imagenet32": write_imagenet32,
     "tiny-imagenet": write_tiny_imagenet,
+    "pairs": write_pairs,
 }
-"""Registered file-backed dataset name → writer ``(root, n)`` of ``n`` images per split."""
+"""Registered file-backed dataset name → writer ``(root, n)`` of ``n`` images per split (pairs: see
+:func:`write_pairs`)."""
