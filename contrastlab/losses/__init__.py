@@ -4,6 +4,7 @@ from contrastlab.losses.alignment_uniformity import alignment, uniformity
 from contrastlab.losses.info_nce import InfoNCELoss, info_nce
 from contrastlab.losses.nt_xent import NTXentLoss, nt_xent
 from contrastlab.losses.registry import LOSSES
+from contrastlab.losses.siglip import SigLIPLoss, siglip
 from contrastlab.losses.supcon import SupConLoss, supcon
 from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce
 from contrastlab.losses.temperature import LearnableTemperature
@@ -14,6 +15,7 @@ __all__ = [
     "InfoNCELoss",
     "LearnableTemperature",
     "NTXentLoss",
+    "SigLIPLoss",
     "SupConLoss",
     "WEINCELoss",
     "WEINCEOptions",
@@ -21,6 +23,7 @@ __all__ = [
     "alignment",
     "info_nce",
     "nt_xent",
+    "siglip",
     "supcon",
     "uniformity",
     "weince",

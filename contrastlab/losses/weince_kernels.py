@@ -58,7 +58,7 @@ class _MixedCrossEntropy(torch.autograd.Function):
     The stop-gradient λ, λβ are constants, so ∂ℓ_ij/∂(s_ij/τ) = (1 − λ_i) + λ_i β_i τ/(1 − s_ij) (0 where s is
     clamped at 1 − eps). The forward computes the mixed logits with in-place ops and stores that
     derivative; the backward is softmax − one-hot times it: about a third of the passes over the (R, C)
-    matrix that autograd makes (the speed target of issue #6). Not twice differentiable.
+    matrix that autograd makes. Not twice differentiable.
     """
 
     @staticmethod

@@ -12,8 +12,8 @@ Every item also has an input feature vector for encoders: a hierarchical random 
 (``x_child = x_parent + level_scale · level_decay^(depth-1) · ε``), so items of one subtree lie close
 in input space; a *view* adds isotropic Gaussian noise of scale ``view_noise``.
 
-This is the synthetic world of Su, Ren & Veitch ("Optimization Dynamics Imprint Semantic Specificity
-in Contrastive Embedding Norms"; only the abstract is public, see ``papers.md`` §3.2), built here as a
+This is the synthetic world of Su, Ren & Veitch 2026 ("Optimization Dynamics Imprint Semantic Specificity
+in Contrastive Embedding Norms", arXiv 2606.30625; only the abstract is public), built here as a
 measurement device: the experiment ``norm-dynamics`` measures what the norms do on it.
 """
 
