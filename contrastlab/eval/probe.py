@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastlab._checks import check_choice, check_embeddings, check_labels, check_positive_float
+from contrastlab._checks import check_int as _check_int
 from contrastlab.data.base import ImageDataset, to_float_images
 
 __all__ = [
@@ -49,12 +50,6 @@ def _check_ks(ks: int | Sequence[int], n_candidates: int) -> tuple[int, ...]:
     if max(ks_t) > n_candidates:
         raise ValueError(f"k must be at most the number of neighbour candidates ({n_candidates}), got {max(ks_t)}")
     return ks_t
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 @torch.no_grad()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -47,7 +48,10 @@ class Config:
     cnn_width: int = 16
     """SmallCNN first-stage width"""
     mlp_hidden: tuple[int, ...] = (512, 256)
-    """MLP hidden widths (BatchNorm + ReLU)"""
+    """MLP hidden widths (ReLU and BatchNorm)"""
+    mlp_norm_order: Literal["pre_act", "post_act"] = "post_act"
+    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the identifiability
+    paper's encoder), pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
     seeds: int = 3
     """seeds per cell"""
     steps: int = 3000
@@ -79,7 +83,15 @@ class _Flatten(nn.Module):
 def _encoder(name: str, config: Config, world: ImageWorld) -> nn.Module:
     if name == "cnn":
         return SmallCNN(3, config.image_size, embed_dim=config.d, width=config.cnn_width)
-    return _Flatten(MLP(world.out_dim, list(config.mlp_hidden), config.d, batch_norm=True, activation="relu"))
+    mlp = MLP(
+        world.out_dim,
+        list(config.mlp_hidden),
+        config.d,
+        batch_norm=True,
+        activation="relu",
+        norm_order=config.mlp_norm_order,
+    )
+    return _Flatten(mlp)
 
 
 def _train_one(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: Path) -> dict[str, float]:

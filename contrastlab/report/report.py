@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contrastlab import figures
-from contrastlab.io import write_text_atomic
+from contrastlab.io import CorruptFileError, loads_json_verified, read_json_verified, write_text_atomic
 
 __all__ = ["write_report", "load_run", "RunData"]
 
@@ -37,13 +37,25 @@ class RunData:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, each verified against its own checksum.
+
+    A last line without its newline (cut by a crash while training) is skipped.
+
+    Raises:
+        contrastlab.io.CorruptFileError: any other row fails its checksum (file and line named).
+    """
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+        try:
+            row = loads_json_verified(line, f"{path} line {i}")
+        except CorruptFileError:
+            if i == len(lines):  # no newline after it: cut by a crash mid-write
+                continue
+            raise
+        if isinstance(row.get("step"), (int, float)):
             rows.append(row)
     return rows
 
@@ -51,18 +63,19 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def load_run(path: str | Path) -> RunData:
     """Read ``results.json`` and every ``metrics.jsonl`` (depth ≤ 2) of a run folder.
 
+    ``results.json`` is verified against the checksum it was written with
+    (:func:`contrastlab.io.read_json_verified`) before it is parsed.
+
     Raises:
         FileNotFoundError: the folder has neither file.
-        ValueError: ``results.json`` is not valid JSON (the message names the file).
+        contrastlab.io.CorruptFileError: ``results.json`` fails its checksum or is not a JSON object
+            (the message names the file).
     """
     p = Path(path)
     results: dict[str, Any] = {}
     rfile = p / "results.json"
     if rfile.is_file():
-        try:
-            results = json.loads(rfile.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"run_dirs: {rfile} is not valid JSON ({e})") from None
+        results = read_json_verified(rfile)
     curves: dict[str, list[dict[str, Any]]] = {}
     candidates = sorted([p / "metrics.jsonl", *p.glob("*/metrics.jsonl"), *p.glob("*/*/metrics.jsonl")])
     for m in candidates:
@@ -351,7 +364,7 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
         ``(report.md path, report.html path)``.
 
     Raises:
-        ValueError: ``run_dirs`` is empty or a ``results.json`` does not parse.
+        ValueError: ``run_dirs`` is empty, or a ``results.json`` fails its checksum (CorruptFileError).
         FileNotFoundError: a folder has neither file.
 
     Examples:

@@ -1,5 +1,6 @@
 """contrastlab.theory: Whiteley's similarity-search theory as computable, checkable quantities."""
 
+from contrastlab.theory.atoms_example import AtomsExample, orthogonal_atoms_example
 from contrastlab.theory.bounds import (
     b_tau,
     concentration_term,
@@ -28,6 +29,7 @@ from contrastlab.theory.search_ce import (
 )
 
 __all__ = [
+    "AtomsExample",
     "MCEstimate",
     "b_tau",
     "check_theorem_4_5",
@@ -47,6 +49,7 @@ __all__ = [
     "lemma1_lipschitz",
     "lemma4_bound",
     "model_kernel_log_density",
+    "orthogonal_atoms_example",
     "population_ce",
     "prop1_bounds",
     "prop2_bound",

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrastlab._checks import check_int as _check_int
 from contrastlab._checks import check_positive_float
 
 __all__ = ["ConceptBatch", "ConceptWorld"]
@@ -46,14 +47,6 @@ class ConceptBatch:
     positive: Tensor
     x_anchor: Tensor | None = None
     x_positive: Tensor | None = None
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
 
 
 def _check_unit(name: str, value: object) -> float:
