@@ -274,7 +274,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p = sub.add_parser(
         "train",
         help="train an encoder from a YAML/TOML config",
-        description="Train from a config file; any field can be overridden (--loss.temperature 0.2).",
+        description=(
+            "Train from a config file: data.name, encoder.name, loss.name and views.augment are names in their "
+            "registries (see configs/ for one example per dataset); any field can be overridden "
+            "(--loss.temperature 0.2)."
+        ),
         epilog=_fields_help(JobConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -91,7 +91,7 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, digits, cifar10, cifar100,
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, digits, cifar10, cifar100,
     cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""

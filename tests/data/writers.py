@@ -1,8 +1,9 @@
-"""Tiny datasets written in each dataset's standard distributed format, for tests that read them back.
+"""Tiny datasets written in each dataset's standard on-disk format, for tests that read them back.
 
-``WRITERS[name](root, n)`` writes ``n`` random images per split (train and test) of the registered dataset
-``name`` under ``root``, laid out as the real archives unpack, so ``load_dataset(name, root, split)`` reads
-them. The pixel values come from a fixed-seed generator.
+``WRITERS[name](root, n)`` writes ``n`` random images per split (train and test) of the registered image
+dataset ``name`` under ``root``, laid out as the real archives unpack, so ``load_dataset(name, root, split)``
+reads them; for the train job's ``pairs`` dataset it writes ``16 n`` feature pairs. The values come from a
+fixed-seed generator.
 """
 
 from __future__ import annotations
@@ -135,14 +136,11 @@ def write_tiny_imagenet(root: Path, n: int = 3) -> None:
 
 
 def write_pairs(root: Path, n: int = 3) -> None:
-    """``anchors.npy`` and ``positives.npy`` of the ``pairs`` dataset: ``8 n + 40`` noisy pairs of 6 features.
-
-    Enough rows for a few batches after the jobs' held-out ``eval.n`` (at most 32 in the tests).
-    """
+    """``anchors.npy`` and ``positives.npy``: ``16 n`` rows of 8 float32 features, positive = anchor + noise."""
     root.mkdir(parents=True, exist_ok=True)
-    anchors = RNG.standard_normal((8 * n + 40, 6)).astype(np.float32)
+    anchors = RNG.standard_normal((16 * n, 8)).astype(np.float32)
     np.save(root / "anchors.npy", anchors)
-    np.save(root / "positives.npy", anchors + np.float32(0.1) * RNG.standard_normal(anchors.shape).astype(np.float32))
+    np.save(root / "positives.npy", anchors + 0.1 * RNG.standard_normal(anchors.shape).astype(np.float32))
 
 
 WRITERS: dict[str, Callable[[Path, int], object]] = {
@@ -155,5 +153,4 @@ WRITERS: dict[str, Callable[[Path, int], object]] = {
     "tiny-imagenet": write_tiny_imagenet,
     "pairs": write_pairs,
 }
-"""Registered file-backed dataset name → writer ``(root, n)`` of ``n`` images per split (pairs: see
-:func:`write_pairs`)."""
+"""File-backed dataset name → writer ``(root, n)``: ``n`` images per split, or ``16 n`` pairs."""
