@@ -5,7 +5,6 @@ are pure functions of the step (:class:`EpochSampler`, :func:`step_generator`); 
 dataclasses validated field by field (:mod:`contrastlab.train.dataconf`).
 """
 
-from contrastlab.train import pairs as _pairs  # noqa: E402,F401  (registers DATA_BUILDERS["pairs"])
 from contrastlab.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from contrastlab.train.config import OptimConfig, TrainConfig
 from contrastlab.train.dataconf import (

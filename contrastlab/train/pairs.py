@@ -17,14 +17,18 @@ Arrays are memory-mapped, so a batch reads only its rows.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.job import DATA_BUILDERS, DataSource, JobConfig
 from contrastlab.train.sampler import EpochSampler
+from contrastlab.train.sources import DataSource
+
+if TYPE_CHECKING:
+    from contrastlab.train.job import JobConfig
 
 __all__ = ["build_pairs", "PAIRS_FILES", "MINED_FILES"]
 
@@ -107,7 +111,4 @@ def build_pairs(config: JobConfig) -> DataSource:
         return batch
 
     eval_rows = np.arange(max(n - held, 0), n)
-    return DataSource(in_dim=width, batch_at=batch_at, eval_batch=rows_of(eval_rows))
-
-
-DATA_BUILDERS["pairs"] = build_pairs
+    return DataSource(kind="vectors", input_shape=(width,), batch_at=batch_at, eval_batch=rows_of(eval_rows))

@@ -9,13 +9,13 @@ loss sum, so an interrupted-and-resumed run reproduces the uninterrupted one bit
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab.io import write_text_atomic
+from contrastlab.io import CorruptFileError, dumps_json_checked, loads_json_verified, write_text_atomic
 from contrastlab.train.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
@@ -41,7 +41,7 @@ from contrastlab.train.grad_cache import cached_backward, check_row_independent
 from contrastlab.train.objective import EmbeddingObjective, split_loss_output
 from contrastlab.train.schedule import LRSchedule
 
-__all__ = ["fit", "TrainResult", "resolve_device", "METRICS_NAME", "Stateful"]
+__all__ = ["fit", "TrainResult", "Stateful", "resolve_device", "METRICS_NAME"]
 
 METRICS_NAME = "metrics.jsonl"
 
@@ -194,15 +194,25 @@ class _SignalCatcher:
 
 
 def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` up to ``upto_step``, each verified against its own checksum.
+
+    A last line without its newline was cut by a crash and is dropped quietly; any other row that
+    fails its checksum is dropped with a warning naming the file and line.
+    """
     rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a crash
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+        try:
+            row = loads_json_verified(line, f"{path} line {i}")
+        except CorruptFileError as e:
+            if i < len(lines):  # not a line cut by a crash
+                warnings.warn(f"{e}; the row is dropped from the history", RuntimeWarning, stacklevel=3)
+            continue
+        if isinstance(row.get("step"), int) and row["step"] <= upto_step:
             rows.append(row)
     return rows
 
@@ -254,10 +264,11 @@ def fit(
         A :class:`TrainResult`; the model is in eval mode.
 
     Raises:
-        ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed,
-            ``device`` unavailable, a loss that is not a scalar tensor, ``config.embed_minibatch``
-            with a ``loss_fn`` that is not an ``EmbeddingObjective`` or a model with BatchNorm, or
-            ``extra_state`` whose entries lack ``state_dict``/``load_state_dict``.
+        ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed or
+            with other ``extra_state`` names, ``device`` unavailable, a loss that is not a scalar tensor,
+            or ``config.embed_minibatch`` with a ``loss_fn`` that is not an ``EmbeddingObjective`` or a
+            model with BatchNorm.
+        TypeError: ``extra_state`` entries without ``state_dict``/``load_state_dict``.
         contrastlab.train.CheckpointError: checkpoint files exist but none loads.
         KeyboardInterrupt: on SIGINT, after the checkpoint is written.
     """
@@ -331,26 +342,27 @@ def fit(
                         f"config.{key} differs from the checkpoint in {out} ({value!r} vs {saved!r}); "
                         "resume with the config the run started with"
                     )
+            saved_extra = state.get("extra", {})
+            if sorted(saved_extra) != sorted(extra):
+                raise ValueError(
+                    f"extra_state has {sorted(extra)} but the checkpoint in {out} has {sorted(saved_extra)}; "
+                    "resume with the state the run started with"
+                )
             model.load_state_dict(state["model"])
+            for name, obj in extra.items():
+                obj.load_state_dict(saved_extra[name])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
             if use_scaler and state.get("scaler"):
                 scaler.load_state_dict(state["scaler"])
             restore_rng(state["rng"])
-            saved_extra = state.get("extra", {})
-            for key, obj in extra.items():
-                if key not in saved_extra:
-                    raise ValueError(
-                        f"extra_state[{key!r}] is not in the checkpoint in {out}; resume with the same extra_state"
-                    )
-                obj.load_state_dict(saved_extra[key])
             start = int(state["step"])
             loss_sum = state["loss_sum"].to(device=device, dtype=torch.float64)
             loss_count = int(state["loss_count"])
             assert metrics_path is not None
             if metrics_path is not None:
                 history = _read_metrics(metrics_path, start)
-                write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
+                write_text_atomic(metrics_path, "".join(dumps_json_checked(r, line=True) + "\n" for r in history))
     if start == 0 and out is not None and metrics_path is not None:
         # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
         # fallback to checkpoint.prev.pt can never land in another run
@@ -362,7 +374,7 @@ def fit(
         if out is None or not is_main:
             return
         state = {
-            "format": 1,
+            "format": 2,
             "step": step,
             "identity": identity,
             "model": model.state_dict(),
@@ -459,7 +471,7 @@ def fit(
                 if row:
                     history.append(row)
                     if mfile is not None:
-                        mfile.write(json.dumps(row) + "\n")
+                        mfile.write(dumps_json_checked(row, line=True) + "\n")
                         mfile.flush()
                 progress.update(done, last_loss, force=bool(row))
 
