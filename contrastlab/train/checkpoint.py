@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import random
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,26 @@ def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     return target
 
 
+def _check_record_sizes(p: Path) -> None:
+    """Refuse an archive whose directory declares records larger than the file, before torch reads it.
+
+    ``torch.load`` allocates each record at the size the zip directory declares, so a few changed bytes
+    can make it allocate gigabytes; ``torch.save`` stores records uncompressed, so none can be larger
+    than the file that holds it.
+    """
+    size = p.stat().st_size
+    try:
+        with zipfile.ZipFile(p) as zf:
+            for info in zf.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                    raise CheckpointError(
+                        f"checkpoint {p} is corrupt: record {info.filename[-60:]!r} declares {info.file_size} "
+                        f"bytes (compression {info.compress_type}) in a file of {size}"
+                    )
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as e:
+        raise CheckpointError(f"checkpoint {p} is corrupt (not a readable zip archive: {e})") from None
+
+
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Load one checkpoint file with ``torch.load(weights_only=True)``.
 
@@ -104,6 +125,7 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
+    _check_record_sizes(p)
     try:
         state = torch.load(p, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
