@@ -52,10 +52,10 @@ def _fields_help(cls: type) -> str:
 
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
-    from contrastlab.train.dataconf import apply_overrides, from_dict, load_config_file, parse_overrides
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
     from contrastlab.train.job import JobConfig
 
-    cfg = from_dict(JobConfig, load_config_file(path))
+    cfg = read_config(JobConfig, path)
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
 
 
@@ -89,7 +89,7 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
 def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict, load_config_file
+    from contrastlab.train.dataconf import read_config
     from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, make_eval_fn
     from contrastlab.train.trainer import resolve_device
 
@@ -98,7 +98,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     run = Path(args.run_dir)
     if not (run / "config.json").is_file():
         raise UsageError(f"eval: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
-    cfg = from_dict(JobConfig, load_config_file(run / "config.json"))
+    cfg = read_config(JobConfig, run / "config.json")
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")

@@ -111,7 +111,7 @@ def _check_record_sizes(p: Path) -> None:
                         f"checkpoint {p} is corrupt: record {info.filename[-60:]!r} declares {info.file_size} "
                         f"bytes (compression {info.compress_type}) in a file of {size}"
                     )
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError) as e:
         raise CheckpointError(f"checkpoint {p} is corrupt (not a readable zip archive: {e})") from None
 
 
