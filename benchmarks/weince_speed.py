@@ -1,6 +1,6 @@
 """WEINCE vs NT-Xent loss time at SimCLR's batch: 2N = 512 views, D = 128, 2 threads.
 
-Target (issue #6): WEINCE ≤ 1.5× NT-Xent (the paper reports 2.11 vs 0.65 ms, 3.2×, on an L40S).
+Target: WEINCE ≤ 1.5× NT-Xent (the paper reports 2.11 vs 0.65 ms, 3.2×, on an L40S).
 Times are medians over repeated forward(+backward) calls on the same inputs, interleaved in rounds so
 that every loss sees the same machine load. Both wall-clock and process CPU time (summed over the
 threads) are reported: on a shared, loaded machine the CPU time is the steadier of the two.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -15,6 +16,8 @@ __all__ = [
     "check_embeddings",
     "all_finite",
     "check_positive_float",
+    "check_int",
+    "check_real",
     "check_same_device",
     "check_choice",
     "check_bool",
@@ -77,6 +80,29 @@ def check_positive_float(name: str, value: object, *, allow_zero: bool = False) 
     if v < 0 or (v == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{name} must be {bound}, got {v}")
+    return v
+
+
+def check_int(name: str, value: object, minimum: int | None = None) -> int:
+    """Validate an integer (a Python or numpy int, not a bool) ≥ ``minimum`` and return it as ``int``.
+
+    Anything that is not an integer, the string ``"3"`` included, is a ``TypeError``; an integer
+    below ``minimum`` is a ``ValueError``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_real(name: str, value: object) -> float:
+    """Validate a finite real number (int or float, numpy's included, not a bool) and return it as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v}")
     return v
 
 

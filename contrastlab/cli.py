@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 import textwrap
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -55,7 +56,7 @@ def _load_job(path: str, overrides: Sequence[str]) -> Any:
     from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
     from contrastlab.train.job import JobConfig
 
-    cfg = read_config(JobConfig, path)
+    cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
 
 
@@ -90,7 +91,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, make_eval_fn
+    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
     from contrastlab.train.trainer import resolve_device
 
     if rest:
@@ -98,12 +99,13 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     run = Path(args.run_dir)
     if not (run / "config.json").is_file():
         raise UsageError(f"eval: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
-    cfg = read_config(JobConfig, run / "config.json")
+    cfg = read_config(JobConfig, run / "config.json", verified=True)  # checksum verified first
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
     source = DATA_BUILDERS[cfg.data.name](cfg)
-    model = build_encoder(cfg, source.in_dim)
+    check_job(cfg, source)
+    model = build_encoder(cfg, source)
     model.load_state_dict(state["model"])
     model.to(resolve_device(cfg.train.device)).eval()
     import torch
@@ -321,7 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "search":
         return _cmd_search(argv[1:])
-    from contrastlab.train.checkpoint import CheckpointError
+    from contrastlab.io import CorruptFileError
+    from contrastlab.train.checkpoint import CheckpointError, CheckpointWarning
     from contrastlab.train.dataconf import ConfigError
 
     try:
@@ -340,12 +343,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _cmd_run(args, rest, subs["run"])
         handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}
-        return handler[args.command](args, rest)
+        with warnings.catch_warnings():  # restores showwarning on exit
+            default_show = warnings.showwarning
+
+            def show(message: Any, category: type[Warning], *rest_: Any, **kw: Any) -> None:
+                if issubclass(category, CheckpointWarning):  # a checkpoint fallback: one line, like an error
+                    print(f"contrastlab: warning: {' '.join(str(message).split())}", file=sys.stderr)
+                else:
+                    default_show(message, category, *rest_, **kw)
+
+            warnings.showwarning = show
+            return handler[args.command](args, rest)
     except UsageError as e:
         print(str(e), file=sys.stderr)
         return EXIT_USAGE
-    except (ConfigError, CheckpointError, FileNotFoundError) as e:
-        # a bad config, an unusable checkpoint, a data set that is not where the user said it is
+    except (ConfigError, CheckpointError, CorruptFileError, FileNotFoundError) as e:
+        # a bad config, an unusable checkpoint, a file that fails its checksum, a data set that is
+        # not where the user said it is
         msg = " ".join(str(e).split()) or type(e).__name__
         print(f"contrastlab: {textwrap.shorten(msg, 800)}", file=sys.stderr)
         return EXIT_USAGE

@@ -1,22 +1,71 @@
-"""Atomic file writes: a result or checkpoint is either the old file or the complete new one.
+"""Atomic, checksummed files: every write is all or nothing, and a changed file is refused on reading.
+
+A result or checkpoint is either the old file or the complete new one, and a file that changed after
+it was written is refused when read back.
 
 Every write goes to a temporary file in the same directory, is flushed and fsync'ed, then renamed
 over the target (``os.replace`` is atomic on POSIX), and the directory entry is fsync'ed. A crash or
 Ctrl-C at any point leaves no truncated file behind.
+
+Every file contrastlab reads back carries the SHA-256 of its content *inside the same file*, written
+by the same rename, so the checksum and the content can never get out of step:
+
+- JSON (:func:`write_json_atomic` / :func:`read_json_verified`): the object's last member is
+  ``"contrastlab_sha256"``, the digest of the file's bytes without that member (see
+  :func:`dumps_json_checked`); the file stays plain JSON that any reader parses.
+- binary payloads (:func:`frame_bytes` / :func:`unframe_bytes`, used for checkpoints): a 48-byte
+  header ``magic (8) | payload length (8, little-endian) | SHA-256 of the payload (32)``.
+- files written by other libraries (faiss indexes, ``.npy``) are listed with their size and
+  SHA-256 in a checksummed JSON sidecar (:func:`sha256_file`).
+
+Readers verify before parsing anything and raise :class:`CorruptFileError` naming the file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
+import re
+import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "write_bytes_atomic", "write_text_atomic", "write_json_atomic", "to_jsonable"]
+__all__ = [
+    "atomic_path",
+    "write_bytes_atomic",
+    "write_text_atomic",
+    "write_json_atomic",
+    "read_json_verified",
+    "dumps_json_checked",
+    "to_jsonable",
+    "sha256_file",
+    "frame_bytes",
+    "unframe_bytes",
+    "CorruptFileError",
+    "CHECKSUM_KEY",
+    "FRAME_HEADER_BYTES",
+]
+
+CHECKSUM_KEY = "contrastlab_sha256"
+"""The last member of every JSON object contrastlab writes: the SHA-256 of the file without it."""
+
+FRAME_HEADER_BYTES = 48
+"""Size of the header of a framed binary file: magic (8), payload length (8), SHA-256 (32)."""
+
+# the checksum member as dumps_json_checked writes it, anchored at the end of the file
+_JSON_TRAILER = re.compile(rb'(,|\{)\n  "' + CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{64})"\n\}\n\Z')
+
+
+class CorruptFileError(ValueError):
+    """A file does not match the checksum written with it, is truncated, or does not parse.
+
+    The message starts with the file's path.
+    """
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -92,6 +141,124 @@ def to_jsonable(obj: Any) -> Any:
     raise TypeError(f"cannot convert {type(obj).__name__} to JSON")
 
 
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes, read in 4 MiB chunks (memory bounded by the chunk)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def dumps_json_checked(obj: Any) -> str:
+    """Indented JSON of the dict ``obj`` with its SHA-256 appended as the member ``contrastlab_sha256``.
+
+    The digest is that of ``json.dumps(obj, indent=2)`` (ASCII), which is exactly the file's bytes
+    with the checksum line and its leading comma removed, so a reader checks the raw bytes it read,
+    not a re-serialisation.
+
+    Raises:
+        TypeError: ``obj`` is not a dict (after :func:`to_jsonable`).
+        ValueError: ``obj`` already has a ``contrastlab_sha256`` key.
+    """
+    data = to_jsonable(obj)
+    if not isinstance(data, dict):
+        raise TypeError(f"obj must be a dict to be written as checksummed JSON, got {type(data).__name__}")
+    if CHECKSUM_KEY in data:
+        raise ValueError(f"obj must not have a {CHECKSUM_KEY!r} key (it is added on writing)")
+    body = json.dumps(data, indent=2, sort_keys=False)  # ends in "\n}" (or is "{}")
+    digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+    head = body[:-2] + "," if data else "{"
+    return f'{head}\n  "{CHECKSUM_KEY}": "{digest}"\n}}\n'
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` atomically (see :func:`to_jsonable`)."""
-    write_text_atomic(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=False) + "\n")
+    """Write the dict ``obj`` as indented, checksummed JSON to ``path`` atomically.
+
+    See :func:`dumps_json_checked` (layout) and :func:`to_jsonable` (conversions);
+    :func:`read_json_verified` reads it back.
+    """
+    write_text_atomic(path, dumps_json_checked(obj))
+
+
+def read_json_verified(path: str | os.PathLike[str], *, required: bool = True) -> dict[str, Any]:
+    """Read a JSON object written by :func:`write_json_atomic`, verifying its checksum first.
+
+    Args:
+        path: the file.
+        required: a file without the checksum member is refused (the default, for files that
+            contrastlab wrote); with ``False`` it is parsed as plain JSON (for files a user wrote).
+
+    Returns:
+        The object, without the ``contrastlab_sha256`` member.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        CorruptFileError: the checksum does not match, is missing (``required``), or the content is
+            not a JSON object; the message names the file.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p} does not exist")
+    raw = p.read_bytes()
+    cut = max(0, len(raw) - 160)  # the checksum line and its neighbours are the last ~100 bytes
+    m = _JSON_TRAILER.search(raw, cut)
+    if m is None:
+        if required or CHECKSUM_KEY.encode() in raw:
+            raise CorruptFileError(
+                f"{p} is corrupted or was not written by contrastlab: its {CHECKSUM_KEY} checksum line is "
+                "missing or damaged"
+            )
+        body = raw
+    else:
+        body = raw[: m.start()] + b"\n}" if m.group(1) == b"," else raw[: m.start()] + b"{}"
+        if hashlib.sha256(body).hexdigest() != m.group(2).decode("ascii"):
+            raise CorruptFileError(f"{p} is corrupted: its content does not match its {CHECKSUM_KEY} checksum")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CorruptFileError(f"{p} is not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{p} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
+def frame_bytes(payload: bytes | memoryview, magic: bytes) -> bytes:
+    """``magic | len(payload) | SHA-256(payload) | payload``: a self-verifying binary file's content.
+
+    Args:
+        payload: the bytes to protect.
+        magic: 8 bytes naming the format (checked first by :func:`unframe_bytes`).
+    """
+    if len(magic) != 8:
+        raise ValueError(f"magic must be 8 bytes, got {len(magic)}")
+    view = memoryview(payload)
+    return b"".join((magic, struct.pack("<Q", view.nbytes), hashlib.sha256(view).digest(), view))
+
+
+def unframe_bytes(data: bytes, magic: bytes, path: str | os.PathLike[str]) -> memoryview:
+    """Check the header written by :func:`frame_bytes` and return the payload (a view, no copy).
+
+    Args:
+        data: the whole file's bytes.
+        magic: the expected 8-byte magic.
+        path: the file, for messages.
+
+    Raises:
+        CorruptFileError: wrong magic, a length that is not the file's (truncated or extended), or a
+            SHA-256 mismatch (bytes changed after writing); the message names the file.
+    """
+    view = memoryview(data)
+    if bytes(view[:8]) != magic and not (view.nbytes < 8 and magic.startswith(bytes(view))):
+        raise CorruptFileError(f"{path} has no contrastlab header (magic {magic!r}): not this kind of file")
+    if view.nbytes < FRAME_HEADER_BYTES:
+        raise CorruptFileError(f"{path} is truncated ({view.nbytes} bytes, shorter than its header)")
+    (length,) = struct.unpack("<Q", view[8:16])
+    payload = view[FRAME_HEADER_BYTES:]
+    if payload.nbytes != length:
+        raise CorruptFileError(
+            f"{path} is truncated or extended: its header records {length} payload bytes, the file has {payload.nbytes}"
+        )
+    if hashlib.sha256(payload).digest() != bytes(view[16:FRAME_HEADER_BYTES]):
+        raise CorruptFileError(f"{path} is corrupted: its payload does not match the SHA-256 in its header")
+    return payload

@@ -100,7 +100,9 @@ class Family:
         n_seeds: how many distinct valid folders ``seeds`` can write.
         read: reads a folder as contrastlab does; returns what the reader returns.
         errors: the documented exception types the reader may raise on a bad file.
-        resign: recompute checksums listed in ``meta.json`` after mutating (index folders only).
+        resign: when bit 2 of the selector byte is set, make the mutated file's checksums consistent
+            again (``resign(root, target)``), so that the mutation reaches the parser behind them: a
+            tamperer who updates the checksum, or a bug that writes garbage with a valid one.
     """
 
     name: str
@@ -109,21 +111,54 @@ class Family:
     n_seeds: int
     read: Callable[[Path], Any]
     errors: tuple[type[BaseException], ...]
-    resign: bool = False
+    resign: Callable[[Path, Path], None] | None = None
 
 
-def _resign_index(root: Path) -> None:
-    """Rewrite ``meta.json``'s sizes and SHA-256s to match the files (a tamperer who updates the sidecar)."""
+def resign_index(root: Path, target: Path | None = None) -> None:
+    """Rewrite ``meta.json`` with the files' true sizes and SHA-256s and its own checksum.
+
+    If ``meta.json`` is the mutated file, its content is kept (whatever JSON object it holds) and only
+    re-checksummed; if it is not a JSON object it is left as it is.
+    """
+    from contrastlab.io import CHECKSUM_KEY
+
     meta_path = root / "meta.json"
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        files = meta["files"]
-        for name in list(files):
-            data = (root / name).read_bytes()
-            files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-    except Exception:  # the sidecar itself is the mutated file: leave it as it is
+        meta = json.loads(meta_path.read_bytes())
+    except (ValueError, RecursionError):
         return
-    meta_path.write_text(json.dumps(meta), encoding="utf-8")
+    if not isinstance(meta, dict):
+        return
+    meta.pop(CHECKSUM_KEY, None)
+    files = meta.get("files")
+    if isinstance(files, dict):
+        for name in list(files):
+            f = root / str(name)
+            if str(name) in _INDEX_FILES and f.is_file():
+                data = f.read_bytes()
+                files[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    meta_path.write_bytes(checksummed_json(meta))
+
+
+def checksummed_json(obj: dict[str, Any]) -> bytes:
+    """``obj`` laid out as :func:`contrastlab.io.dumps_json_checked` does, but keeping NaN and Infinity.
+
+    (The writer turns non-finite floats into null; a tamperer need not.)
+    """
+    from contrastlab.io import CHECKSUM_KEY
+
+    body = json.dumps(obj, indent=2)
+    digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+    head = body[:-2] + "," if obj else "{"
+    return f'{head}\n  "{CHECKSUM_KEY}": "{digest}"\n}}\n'.encode("ascii")
+
+
+def reframe_checkpoint(root: Path, target: Path) -> None:
+    """Treat the mutated file's bytes as a checkpoint's payload and frame it with a valid header and SHA-256."""
+    from contrastlab.io import frame_bytes
+    from contrastlab.train.checkpoint import CHECKPOINT_MAGIC
+
+    target.write_bytes(frame_bytes(target.read_bytes(), CHECKPOINT_MAGIC))
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,8 +185,8 @@ def materialise(family: Family, data: bytes, root: Path) -> Path:
     target = root / family.files[selector % len(family.files)]
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data[1:])
-    if family.resign and selector & 4:
-        _resign_index(root)
+    if family.resign is not None and selector & 4:
+        family.resign(root, target)
     return target
 
 
@@ -213,9 +248,14 @@ def seed_inputs(family: Family) -> list[bytes]:
             family.seeds(root, i)
             for sel, name in enumerate(family.files):
                 f = root / name
-                if f.is_file():
-                    byte = next(b for b in range(256) if b % len(family.files) == sel and b // 8 % family.n_seeds == i)
-                    out.append(bytes([byte]) + f.read_bytes())
+                if not f.is_file():
+                    continue
+                byte = next(b for b in range(256) if b % len(family.files) == sel and b // 8 % family.n_seeds == i)
+                out.append(bytes([byte]) + f.read_bytes())
+                if family.resign is reframe_checkpoint:  # the payload itself, to be framed again
+                    from contrastlab.io import FRAME_HEADER_BYTES
+
+                    out.append(bytes([byte | 4]) + f.read_bytes()[FRAME_HEADER_BYTES:])
     return out
 
 
@@ -489,8 +529,16 @@ FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
         Family("config", _CONFIG_FILES, _config_seeds, 2, _config_read, _config_errors()),
-        Family("checkpoint", ("checkpoint.pt",), _checkpoint_seeds, 2, _checkpoint_read, _checkpoint_errors()),
-        Family("index", _INDEX_FILES, _index_seeds, 3, _index_read, _index_errors(), resign=True),
+        Family(
+            "checkpoint",
+            ("checkpoint.pt",),
+            _checkpoint_seeds,
+            2,
+            _checkpoint_read,
+            _checkpoint_errors(),
+            resign=reframe_checkpoint,
+        ),
+        Family("index", _INDEX_FILES, _index_seeds, 3, _index_read, _index_errors(), resign=resign_index),
         Family("npy", _NPY_FILES, _npy_seeds, 3, _npy_read, _value_error()),
         Family("cifar", _CIFAR_FILES, _cifar_seeds, 3, _cifar_read, _cifar_errors()),
         Family("stl10", _STL10_FILES, _stl10_seeds, 2, _stl10_read, _data_errors()),

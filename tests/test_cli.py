@@ -61,7 +61,13 @@ def test_usage_errors_exit_2_with_one_line(argv, needles, capsys) -> None:
         (["--loss.temprature", "3"], "loss.temprature is not a field of LossConfig"),
         (["--loss.temperature", "hot"], "loss.temperature must be a float"),
         (["--train.steps", "1.5"], "train.steps must be an int"),
-        (["--loss.name", "triplet"], "loss.name must be one of"),
+        (["--loss.name", "triplet"], "loss.name 'triplet' is not a registered loss; known losses: "),
+        (["--data.name", "mnist"], "data.name 'mnist' is not a registered dataset; known datasets: "),
+        (["--encoder.name", "vgg"], "encoder.name 'vgg' is not a registered encoder; known encoders: "),
+        (["--views.augment", "rotate"], "views.augment 'rotate' is not registered; known pipelines: "),
+        (["--encoder.name", "cnn"], "encoder.name 'cnn' needs image data; data.name 'sphere' gives vectors"),
+        (["--loss.name", "supcon"], "loss.name 'supcon' needs labels; data.name 'sphere' gives none"),
+        (["--loss.options", "{'beta': 1}"], "loss.options.beta is not an option of loss 'info_nce'"),
         (["--train.steps"], "--train.steps needs a value"),
     ],
 )
@@ -98,6 +104,71 @@ def test_train_eval_report_round_trip(job: Path, tmp_path: Path, capsys) -> None
     assert cli.main(["report", str(out)]) == 0
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
     assert cli.main(["train", str(job), "--resume"]) == 2  # --resume needs --out
+
+
+def _flip_a_weight_byte(path: Path) -> None:
+    """Flip one bit in the middle of the largest weight's stored bytes (torch stores tensors uncompressed)."""
+    import torch
+
+    from contrastlab.train import load_checkpoint
+
+    raw = max(load_checkpoint(path)["model"].values(), key=torch.Tensor.numel).numpy().tobytes()
+    data = bytearray(path.read_bytes())
+    at = data.find(raw)
+    assert at > 0
+    data[at + len(raw) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+def _flip_a_byte_in(path: Path, needle: bytes, offset: int = 0) -> None:
+    data = path.read_bytes()
+    at = data.index(needle) + offset
+    path.write_bytes(data[:at] + bytes([data[at] ^ 0x01]) + data[at + 1 :])
+
+
+def test_corrupted_checkpoint_falls_back_with_one_warning_line(job: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["train", str(job), "--out", str(out), "--train.checkpoint_every", "6"]) == 0  # 6 and 12
+    _flip_a_weight_byte(out / "checkpoint.pt")
+    capsys.readouterr()
+    assert cli.main(["eval", str(out)]) == 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("contrastlab: warning: checkpoint "), err
+    assert "checkpoint.pt is corrupted" in err and "falling back" in err
+    assert json.loads((out / "eval.json").read_text())["step"] == 6
+
+
+def test_both_checkpoints_corrupted_exit_2_in_a_subprocess(job: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["train", str(job), "--out", str(out), "--train.checkpoint_every", "6"]) == 0
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        _flip_a_weight_byte(out / name)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    for argv in (["eval", str(out)], ["train", str(job), "--out", str(out), "--resume"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "contrastlab", *argv], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert proc.returncode == 2, proc.stderr
+        assert "Traceback" not in proc.stderr and "checkpoint.prev.pt is corrupted" in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("contrastlab: ")
+        assert len([line for line in proc.stderr.splitlines() if not line.startswith("contrastlab: warning:")]) == 1
+    assert not (out / "eval.json").exists()
+
+
+def test_corrupted_config_and_results_exit_2_naming_the_file(job: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["train", str(job), "--out", str(out), "--loss.temperature", "0.3"]) == 0
+    capsys.readouterr()
+    assert cli.main(["train", str(out / "config.json"), "--out", str(tmp_path / "again")]) == 0  # reusable config
+    capsys.readouterr()
+    _flip_a_byte_in(out / "config.json", b"0.3")  # a flipped bit that still parses: 0.3 -> 1.3
+    assert cli.main(["eval", str(out)]) == 2
+    _one_line_error(capsys, "config.json is corrupted")
+    assert cli.main(["train", str(out / "config.json"), "--out", str(tmp_path / "third")]) == 2
+    _one_line_error(capsys, "config.json is corrupted")
+    _flip_a_byte_in(out / "results.json", b'"train_loss": ', offset=len('"train_loss": '))  # a digit: still JSON
+    assert cli.main(["report", str(out)]) == 2
+    _one_line_error(capsys, "results.json is corrupted")
 
 
 def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -> None:

@@ -23,3 +23,95 @@ def test_failed_write_leaves_the_old_file(tmp_path):
         raise RuntimeError("crash mid-write")
     assert p.read_text() == "old"
     assert [f.name for f in tmp_path.iterdir()] == ["r.txt"]
+
+
+# ---------------------------------------------------------------------------------- checksummed files
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+
+from contrastlab.io import (  # noqa: E402
+    CHECKSUM_KEY,
+    FRAME_HEADER_BYTES,
+    CorruptFileError,
+    frame_bytes,
+    read_json_verified,
+    unframe_bytes,
+)
+
+_OBJ = {"name": "run", "metrics": {"loss": 0.125, "k": [1, 2, 3]}, "ok": True, "none": None, "text": "é ☃"}
+
+
+@pytest.mark.parametrize("obj", [_OBJ, {}, {"a": {}}, {"a": []}])
+def test_json_round_trip_is_plain_json_with_the_checksum_last(tmp_path, obj):
+    p = tmp_path / "r.json"
+    write_json_atomic(p, obj)
+    plain = json.loads(p.read_text())  # any JSON reader parses it
+    assert list(plain)[-1] == CHECKSUM_KEY
+    # the digest is that of the file without its checksum line: json.dumps of the object itself
+    assert plain[CHECKSUM_KEY] == hashlib.sha256(json.dumps(obj, indent=2).encode()).hexdigest()
+    assert read_json_verified(p) == obj
+
+
+def test_every_single_byte_change_of_a_json_file_is_refused(tmp_path):
+    p = tmp_path / "r.json"
+    write_json_atomic(p, _OBJ)
+    good = p.read_bytes()
+    for i in range(len(good)):  # every position, including the checksum line itself
+        bad = bytearray(good)
+        bad[i] ^= 0x01
+        p.write_bytes(bytes(bad))
+        with pytest.raises(CorruptFileError, match="r.json"):
+            read_json_verified(p)
+    for cut in (0, 1, len(good) // 2, len(good) - 1):  # truncation
+        p.write_bytes(good[:cut])
+        with pytest.raises(CorruptFileError, match="r.json"):
+            read_json_verified(p)
+    p.write_bytes(good + b" ")  # an appended byte moves the checksum line off the end
+    with pytest.raises(CorruptFileError, match="r.json"):
+        read_json_verified(p)
+
+
+def test_json_without_checksum_is_refused_unless_not_required(tmp_path):
+    p = tmp_path / "user.json"
+    p.write_text(json.dumps({"a": 1}))
+    with pytest.raises(CorruptFileError, match="user.json.*checksum"):
+        read_json_verified(p)
+    assert read_json_verified(p, required=False) == {"a": 1}
+    p.write_text("[1, 2]")
+    with pytest.raises(CorruptFileError, match="user.json must hold a JSON object"):
+        read_json_verified(p, required=False)
+    p.write_text("{not json")
+    with pytest.raises(CorruptFileError, match="user.json is not valid JSON"):
+        read_json_verified(p, required=False)
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        read_json_verified(tmp_path / "missing.json")
+
+
+def test_json_writer_refuses_what_it_cannot_checksum(tmp_path):
+    with pytest.raises(TypeError, match="^obj must be a dict"):
+        write_json_atomic(tmp_path / "l.json", [1, 2])
+    with pytest.raises(ValueError, match="^obj must not have"):
+        write_json_atomic(tmp_path / "c.json", {CHECKSUM_KEY: "x"})
+    assert not list(tmp_path.iterdir())
+
+
+def test_framed_bytes_detect_any_change_truncation_and_extension():
+    magic = b"\x89TESTFM\n"
+    payload = bytes(range(256)) * 3
+    data = frame_bytes(payload, magic)
+    assert len(data) == FRAME_HEADER_BYTES + len(payload)
+    assert bytes(unframe_bytes(data, magic, "f.bin")) == payload
+    for i in range(0, len(data), 7):
+        bad = bytearray(data)
+        bad[i] ^= 0x80
+        with pytest.raises(CorruptFileError, match="^f.bin "):
+            unframe_bytes(bytes(bad), magic, "f.bin")
+    for cut in (0, 3, 8, FRAME_HEADER_BYTES - 1, FRAME_HEADER_BYTES, len(data) - 1):
+        with pytest.raises(CorruptFileError, match="truncated"):
+            unframe_bytes(data[:cut], magic, "f.bin")
+    with pytest.raises(CorruptFileError, match="extended"):
+        unframe_bytes(data + b"\0", magic, "f.bin")
+    with pytest.raises(CorruptFileError, match="no contrastlab header"):
+        unframe_bytes(b"PK\x03\x04" + data[4:], magic, "f.bin")
+    assert bytes(unframe_bytes(frame_bytes(b"", magic), magic, "f.bin")) == b""

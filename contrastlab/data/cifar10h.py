@@ -9,7 +9,8 @@ About 50 annotators labelled each CIFAR-10 test image; the data set is distribut
 
 :func:`load_cifar10h` reads either (counts first), checks it and returns a :class:`HumanLabels` with the
 per-image label distribution and its entropy, the "human uncertainty" that Su, Ren & Veitch compare with
-embedding norms (``papers.md`` §3.2) and that Kirchhof et al. (ICML 2023) use for MCInfoNCE. Files are
+embedding norms (arXiv 2606.30625) and that Kirchhof, Kasneci & Oh (ICML 2023, arXiv 2302.02865) use for
+MCInfoNCE. Files are
 read with ``allow_pickle=False``: an ``.npy`` of numbers can run no code. Nothing is ever downloaded.
 """
 

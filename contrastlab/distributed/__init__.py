@@ -1,7 +1,9 @@
-"""Scale-out on torch.distributed: negatives gathered across ranks with exact gradients.
+"""Collectives for scale-out on torch.distributed: rank, world size, gathers with exact gradients.
 
 Without a process group everything here degrades to one process: ``rank() == 0``,
 ``world_size() == 1`` and the gathers are identities, so one code path serves a laptop and torchrun.
+This package holds collectives only and imports no loss; each loss gathers through it with
+``gather=True`` (in one process the gather does nothing).
 
 The scheme ("local loss", as in open_clip): each rank keeps its own anchors and contrasts them with
 the candidates gathered from every rank. Memory per rank is then O(n_local × N_global), linear in the
@@ -10,32 +12,27 @@ the gradient of every rank's loss with respect to this rank's rows (an all-reduc
 gradient followed by taking one's own slice) — the step that peers have got wrong (lightly #1176,
 #1920, #1977; solo-learn #206; see the README's distributed section).
 
-Gradient convention, stated once: every ``*_gathered`` loss returns on rank r a share s_r such that
-(1/R) Σ_r s_r equals the single-process loss over the global batch. DistributedDataParallel averages
-parameter gradients over ranks, so training with these shares gives exactly the single-process
-parameter gradient; the gradient that arrives at rank r's *input rows* is R times the single-process
-gradient of those rows (the harness in :mod:`contrastlab.distributed.testing` checks exactly this).
+Gradient convention, stated once: a loss called with ``gather=True`` returns on rank r a share s_r
+such that (1/R) Σ_r s_r equals the single-process loss over the global batch (:func:`share`).
+DistributedDataParallel averages parameter gradients over ranks, so training with these shares gives
+exactly the single-process parameter gradient; the gradient that arrives at rank r's *input rows* is
+R times the single-process gradient of those rows (the parity harness of the test suite checks this).
+
+Errors across ranks: :func:`agree` runs a rank's input checks and exchanges the outcome before any
+compute, so that when one rank's input is invalid every rank raises the same error (naming the rank)
+instead of waiting in a collective the failed rank never reaches.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-
-from contrastlab._checks import check_choice, check_embeddings, check_labels, compute_dtype
-from contrastlab.losses import tiled
-from contrastlab.losses._common import (
-    REDUCTIONS,
-    TemperatureLike,
-    check_finite_loss,
-    l2_normalize,
-    resolve_inverse_temperature,
-)
 
 __all__ = [
     "rank",
@@ -48,9 +45,10 @@ __all__ = [
     "gather_with_grad",
     "gather_no_grad",
     "all_reduce_mean",
-    "info_nce_gathered",
-    "nt_xent_gathered",
-    "supcon_gathered",
+    "all_reduce_sum",
+    "all_sizes",
+    "agree",
+    "share",
 ]
 
 
@@ -109,10 +107,10 @@ def barrier() -> None:
 def shard_rows(batch: Any, *, global_rows: int | None = None) -> Any:
     """This rank's contiguous share of every tensor in ``batch`` that has ``global_rows`` rows.
 
-    ``batch`` may be a tensor or a (nested) tuple/list/dict of tensors. Shares follow
-    :func:`contrastlab.distributed.testing.split_sizes` (as even as possible, rank order), so the
-    ranks' shares concatenated in rank order are the global batch. Tensors with another leading size
-    (e.g. a shared bank of negatives (M, D) when M differs) are split the same way only when they
+    ``batch`` may be a tensor or a (nested) tuple/list/dict of tensors. Shares are as even as
+    possible in rank order (the first ``n mod R`` ranks take one row more), so the ranks'
+    shares concatenated in rank order are the global batch. Tensors with another leading size (e.g.
+    a shared bank of negatives (M, D) when M differs) are split the same way only when they
     have ``global_rows`` rows; pass them separately otherwise. In one process returns ``batch``.
     """
     if world_size() == 1:
@@ -211,233 +209,78 @@ def all_reduce_mean(x: Tensor) -> Tensor:
     return y / world_size()
 
 
-def _share(per_anchor_local: Tensor, count_global: int, reduction: str) -> Tensor:
-    """Rank r's share s_r with (1/R) Σ_r s_r = the single-process reduction."""
-    if reduction == "none":
-        return per_anchor_local
-    total = per_anchor_local.sum() * world_size()
-    return total / count_global if reduction == "mean" else total
-
-
-def _count(n_local: int, device: torch.device) -> int:
-    return sum(_all_sizes(n_local, device)) if world_size() > 1 else n_local
-
-
-def info_nce_gathered(
-    anchor: Tensor,
-    positive: Tensor,
-    negatives: Tensor | None = None,
-    *,
-    temperature: TemperatureLike = 0.1,
-    variant: str = "infonce",
-    symmetric: bool = False,
-    normalize: bool = True,
-    reduction: str = "mean",
-    chunk_size: int | None = None,
-) -> Tensor:
-    """:func:`contrastlab.losses.info_nce` over the global batch, computed from this rank's rows.
-
-    In-batch negatives: local anchors against the positives of every rank (and, with ``symmetric``,
-    local positives against every rank's anchors). Shared negatives ``(M_r, D)``: every rank's
-    negatives are gathered into one shared set of Σ_r M_r rows (the single-process equivalent is their
-    concatenation). Per-anchor negatives ``(n, K, D)`` involve no other rank. See the module docstring
-    for the gradient convention. Arguments and shapes as in ``info_nce``; ``reduction="none"`` gives
-    this rank's per-anchor losses, equal to the single-process values of these rows.
-
-    ``chunk_size`` as in ``info_nce``: ``None`` keeps the local (n × N) logits dense while they and their
-    gradient fit in :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; an int (or a larger
-    problem) runs the tiled kernel on the local rows against the gathered candidates, the positive
-    (or, for DCL, the excluded) column of local anchor i being ``offset + i`` — memory per rank
-    O((n + N)·D + chunk_size²).
-    """
-    from contrastlab.losses.info_nce import _validate, info_nce
-
-    _validate(anchor, positive, negatives, variant, symmetric)
-    check_choice("reduction", reduction, REDUCTIONS)
-    chunk_size = tiled.check_chunk_size(chunk_size)
-    if world_size() == 1 or (negatives is not None and negatives.ndim == 3):
-        per = info_nce(
-            anchor,
-            positive,
-            negatives,
-            temperature=temperature,
-            variant=variant,
-            symmetric=symmetric,
-            normalize=normalize,
-            reduction="none",
-            chunk_size=chunk_size,
-        )
-        return _share(per, _count(anchor.shape[0], anchor.device), reduction)
-
-    dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
-    inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
-    a, p = anchor.to(dtype), positive.to(dtype)
-    if normalize:
-        a, p = l2_normalize(a), l2_normalize(p)
-    n = a.shape[0]
-    a_s = a * inv_t
-    pos = (a_s * p).sum(dim=1)  # (n,)
-    itemsize = torch.finfo(dtype).bits // 8
-    if negatives is None:
-        p_all, offset = gather_with_grad(p)  # (N, D)
-        keep = symmetric or tiled.keeps_logits(reduction, a_s, p_all)  # else the streamed dense path
-        block = tiled.plan_chunk_size(n, p_all.shape[0], itemsize, chunk_size, keeps_logits=keep)
-    excl = variant == "dcl"  # in-batch: leave anchor i's own positive (column offset + i) out
-    if negatives is None and block is None and not keep:
-        # Streamed dense rows with the gradient formed in the forward (a mean or sum sends every local
-        # row the same upstream gradient); anchor i's own positive at column offset + i.
-        lse = tiled.dense_row_lse(a_s, p_all, exclude_diagonal=excl, diagonal=pos, col_offset=offset, grad_ahead=True)
-        loss = lse - pos
-    elif negatives is None and block is not None:
-        # Tiled: local anchors against every positive, anchor i's own positive at column offset + i.
-        loss = tiled.tiled_lse(a_s, p_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset) - pos
-        if symmetric:
-            a_all, _ = gather_with_grad(a)
-            lse_t = tiled.tiled_lse(
-                p * inv_t, a_all, block=block, exclude_diagonal=excl, diagonal=pos, col_offset=offset
-            )
-            loss = 0.5 * (loss + lse_t - pos)
-    elif negatives is None:
-        cols = torch.arange(offset, offset + n, device=a.device)
-        rows = torch.arange(n, device=a.device)
-        logits = a_s @ p_all.T  # (n, N); entry (i, offset + i) is anchor i's positive
-        if variant == "dcl":
-            logits = logits.index_put((rows, cols), torch.tensor(float("-inf"), dtype=dtype, device=a.device))
-        loss = torch.logsumexp(logits, dim=1) - pos
-        if symmetric:
-            a_all, _ = gather_with_grad(a)
-            logits_t = (p * inv_t) @ a_all.T  # (n, N): local positives as anchors against every a
-            if variant == "dcl":
-                logits_t = logits_t.index_put((rows, cols), torch.tensor(float("-inf"), dtype=dtype, device=a.device))
-            loss = 0.5 * (loss + torch.logsumexp(logits_t, dim=1) - pos)
-    else:
-        negs = negatives.to(dtype)
-        if normalize:
-            negs = l2_normalize(negs)
-        n_all, _ = gather_with_grad(negs)
-        block = tiled.plan_chunk_size(n, n_all.shape[0], itemsize, chunk_size)
-        neg_lse = torch.logsumexp(a_s @ n_all.T, dim=1) if block is None else tiled.tiled_lse(a_s, n_all, block=block)
-        loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
-    return check_finite_loss(_share(loss, _count(n, a.device), reduction), "anchor/positive/negatives")
-
-
-def nt_xent_gathered(
-    z_a: Tensor,
-    z_b: Tensor,
-    *,
-    temperature: TemperatureLike = 0.5,
-    normalize: bool = True,
-    reduction: str = "mean",
-    chunk_size: int | None = None,
-) -> Tensor:
-    """:func:`contrastlab.losses.nt_xent` over the global 2N views, from this rank's 2n views.
-
-    The global arrangement is ``[Z_a (N rows, rank order); Z_b (N rows)]``; local view-a row i sits at
-    ``offset + i`` with its positive at ``N + offset + i``. ``reduction="none"`` gives this rank's
-    ``(2n,)`` losses (view-a rows first), equal to the single-process values of these rows.
-
-    ``chunk_size`` as in ``nt_xent``: with an int (or local (2n × 2N) logits over the dense budget)
-    each half of the local views runs the tiled kernel against the gathered 2N candidates, view a's
-    self column at ``offset + i`` and view b's at ``N + offset + i`` (``col_offset``).
-    """
-    from contrastlab.losses.nt_xent import nt_xent
-
-    check_embeddings("z_a", z_a, ndim=2)
-    check_embeddings("z_b", z_b, ndim=2)
-    if z_b.shape != z_a.shape:
-        raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
-    check_choice("reduction", reduction, REDUCTIONS)
-    chunk_size = tiled.check_chunk_size(chunk_size)
+def all_reduce_sum(x: Tensor) -> Tensor:
+    """The sum of ``x`` over ranks, detached (counts, statistics); ``x`` itself in one process."""
     if world_size() == 1:
-        return nt_xent(
-            z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction, chunk_size=chunk_size
-        )
-    dtype = compute_dtype(z_a, z_b)
-    inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
-    za, zb = z_a.to(dtype), z_b.to(dtype)
-    if normalize:
-        za, zb = l2_normalize(za), l2_normalize(zb)
-    n = za.shape[0]
-    za_all, offset = gather_with_grad(za)
-    zb_all, _ = gather_with_grad(zb)
-    big_n = za_all.shape[0]
-    cand = torch.cat([za_all, zb_all])  # (2N, D)
-    keep = tiled.keeps_logits(reduction, za, zb)
-    block = tiled.plan_chunk_size(2 * n, 2 * big_n, torch.finfo(dtype).bits // 8, chunk_size, keeps_logits=keep)
-    if block is not None or not keep:
-        # Each half of the local views against the gathered 2N candidates, view a's self column at
-        # offset + i and view b's at N + offset + i: tiled, or streamed dense with the gradient ahead.
-        qa, qb = za * inv_t, zb * inv_t
-        pos_t = (qa * zb).sum(dim=1)  # (n,): the positive logit of both views of sample i
-        if block is not None:
-            lse_a = tiled.tiled_lse(qa, cand, block=block, exclude_diagonal=True, col_offset=offset)
-            lse_b = tiled.tiled_lse(qb, cand, block=block, exclude_diagonal=True, col_offset=big_n + offset)
-        else:
-            lse_a = tiled.dense_row_lse(qa, cand, exclude_diagonal=True, col_offset=offset, grad_ahead=True)
-            lse_b = tiled.dense_row_lse(qb, cand, exclude_diagonal=True, col_offset=big_n + offset, grad_ahead=True)
-        loss = torch.cat([lse_a - pos_t, lse_b - pos_t])
-        return check_finite_loss(_share(loss, 2 * big_n, reduction), "z_a/z_b")
-    local = torch.cat([za, zb]) * inv_t  # (2n, D)
-    logits = local @ cand.T  # (2n, 2N)
-    idx = torch.arange(n, device=za.device)
-    self_cols = torch.cat([offset + idx, big_n + offset + idx])
-    pos_cols = torch.cat([big_n + offset + idx, offset + idx])
-    rows = torch.arange(2 * n, device=za.device)
-    pos = logits[rows, pos_cols]
-    logits = logits.index_put((rows, self_cols), torch.tensor(float("-inf"), dtype=dtype, device=za.device))
-    loss = torch.logsumexp(logits, dim=1) - pos
-    return check_finite_loss(_share(loss, 2 * big_n, reduction), "z_a/z_b")
+        return x.detach()
+    y = x.detach().clone()
+    dist.all_reduce(y, op=dist.ReduceOp.SUM)
+    return y
 
 
-def supcon_gathered(
-    embeddings: Tensor,
-    labels: Tensor,
-    *,
-    temperature: TemperatureLike = 0.1,
-    normalize: bool = True,
-    reduction: str = "mean",
-) -> Tensor:
-    """:func:`contrastlab.losses.supcon` over the global batch, from this rank's anchors.
-
-    Candidates and labels are gathered from every rank; "mean" divides by the global number of anchors
-    that have a positive, so the shares average to the single-process loss even when ranks hold
-    different numbers of valid anchors.
-    """
-    from contrastlab.losses.supcon import supcon
-
-    check_embeddings("embeddings", embeddings, ndim=2)
-    labels = check_labels("labels", labels, embeddings.shape[0])
-    check_choice("reduction", reduction, REDUCTIONS)
+def all_sizes(n: int, device: torch.device | None = None) -> list[int]:
+    """Every rank's ``n`` in rank order (``[n]`` in one process)."""
     if world_size() == 1:
-        return supcon(embeddings, labels, temperature=temperature, normalize=normalize, reduction=reduction)
-    dtype = compute_dtype(embeddings)
-    inv_t = resolve_inverse_temperature(temperature, dtype, embeddings.device)
-    z = embeddings.to(dtype)
-    if normalize:
-        z = l2_normalize(z)
-    n = z.shape[0]
-    z_all, offset = gather_with_grad(z)
-    y_all = gather_no_grad(labels)
-    big_n = z_all.shape[0]
-    logits = (z * inv_t) @ z_all.T  # (n, N)
-    self_mask = torch.zeros(n, big_n, dtype=torch.bool, device=z.device)
-    self_mask[torch.arange(n), offset + torch.arange(n)] = True
-    log_prob = logits - torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1, keepdim=True)
-    pos_mask = (labels.unsqueeze(1) == y_all.unsqueeze(0)) & ~self_mask
-    n_pos = pos_mask.sum(dim=1)
-    has_pos = n_pos > 0
-    valid = has_pos.sum().reshape(1)
-    dist.all_reduce(valid, op=dist.ReduceOp.SUM)
-    if int(valid) == 0:
-        raise ValueError("labels: every anchor is a singleton (no two samples share a label); SupCon is undefined")
-    summed = torch.where(pos_mask, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
-    per = -summed / n_pos.clamp_min(1).to(dtype)
+        return [n]
+    return _all_sizes(n, device or torch.device("cpu"))
+
+
+def share(per_row: Tensor, reduction: str, count: int, *, gather: bool) -> Tensor:
+    """Rank r's share s_r of a reduction over the global batch: (1/R) Σ_r s_r is the global reduction.
+
+    Args:
+        per_row: this rank's per-row losses. Shape ``(n,)``.
+        reduction: ``"mean"`` (over ``count`` rows of every rank), ``"sum"`` or ``"none"`` (``per_row``).
+        count: the number of rows the mean divides by, over every rank.
+        gather: whether the loss gathered across ranks; without it (or in one process) this is the
+            plain reduction, ``per_row.mean()`` (for ``count = n``) or ``per_row.sum()``.
+    """
     if reduction == "none":
-        return check_finite_loss(per, "embeddings")
-    total = per[has_pos].sum() * world_size()
-    return check_finite_loss(total / int(valid) if reduction == "mean" else total, "embeddings")
+        return per_row
+    r = world_size() if gather else 1
+    if r == 1 and reduction == "mean" and count == per_row.shape[0]:
+        return per_row.mean()
+    total = per_row.sum() if r == 1 else per_row.sum() * r
+    return total / count if reduction == "mean" else total
 
 
-from contrastlab.distributed.weince import global_tail_beta_gathered, weince_gathered  # noqa: E402  (needs the above)
+_ERROR_TYPES: tuple[type[Exception], ...] = (ValueError, TypeError)
 
-__all__ += ["weince_gathered", "global_tail_beta_gathered"]
+
+def agree(check: Callable[[], int], *, gather: bool, device: torch.device | None = None) -> list[int]:
+    """Run this rank's input ``check`` and agree with every rank on the outcome before any compute.
+
+    ``check`` validates this rank's inputs (raising ``ValueError`` or ``TypeError``) and returns its
+    number of rows. Without ``gather`` or a process group it is simply called. Otherwise every rank
+    sends its row count and its error, if any (an error code and the message's UTF-8 bytes, as
+    tensors: nothing is pickled); when any rank failed, every rank raises the lowest failing rank's
+    error type with its message and the rank appended, so no rank is left waiting in a collective
+    that a failed rank never reaches.
+
+    Returns:
+        Every rank's row count, in rank order (``[n]`` in one process).
+
+    Raises:
+        ValueError, TypeError: the first failing rank's error, on every rank.
+    """
+    if not gather or world_size() == 1:
+        return [check()]
+    try:
+        n, err = check(), None
+    except _ERROR_TYPES as e:
+        n, err = 0, e
+    dev = device if device is not None else torch.device("cpu")
+    code = 0 if err is None else 1 + _ERROR_TYPES.index(type(err) if type(err) in _ERROR_TYPES else ValueError)
+    head = torch.tensor([n, code], dtype=torch.long, device=dev)
+    parts = [torch.zeros(2, dtype=torch.long, device=dev) for _ in range(world_size())]
+    dist.all_gather(parts, head)
+    codes = [int(p[1]) for p in parts]
+    if any(codes):
+        msg = torch.tensor(list(str(err).encode("utf-8")) if err is not None else [], dtype=torch.uint8, device=dev)
+        lengths = _all_sizes(msg.numel(), dev)
+        messages = _gather_padded(msg, lengths)
+        first = next(i for i, c in enumerate(codes) if c)
+        start = sum(lengths[:first])
+        text = bytes(messages[start : start + lengths[first]].tolist()).decode("utf-8", errors="replace")
+        raise _ERROR_TYPES[codes[first] - 1](f"{text} (on rank {first} of {world_size()})")
+    return [int(p[0]) for p in parts]

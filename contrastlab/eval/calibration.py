@@ -1,9 +1,9 @@
 """The pre-normalisation embedding norm as a confidence for top-1 retrieval.
 
 A cosine-trained encoder discards ``‖φ(x)‖`` in the loss, yet the norm carries the optimisation history
-of the input (``contrastlab.eval.norms``), and Su, Ren & Veitch propose it as a "free" calibration
-signal for retrieval (``papers.md`` §3; Draganov et al. ICML 2025 report smaller norms for unexpected
-samples). This module measures that claim for any encoder and labelled corpus:
+of the input (``contrastlab.eval.norms``), and Su, Ren & Veitch (2026, arXiv 2606.30625) propose it as a
+"free" calibration signal for retrieval (Draganov et al., ICML 2025, arXiv 2502.09252, report smaller
+norms for unexpected samples). This module measures that claim for any encoder and labelled corpus:
 
 * correctness of top-1 cosine retrieval (label of the nearest corpus item == label of the query);
 * AUROC of a score for separating correct from wrong retrievals (Mann–Whitney, ties count one half);
@@ -28,8 +28,9 @@ from scipy import stats
 from sklearn.isotonic import IsotonicRegression
 from torch import Tensor
 
+from contrastlab import figures
 from contrastlab._checks import check_embeddings, check_labels, check_positive_float, check_same_device
-from contrastlab.io import atomic_path
+from contrastlab.search.softmax import log_partition
 
 __all__ = [
     "auroc",
@@ -206,12 +207,15 @@ def softmax_search_confidence(
         tau = temperature.double().to(query.device)[:, None]
     else:
         tau = torch.tensor(check_positive_float("temperature", temperature), dtype=torch.float64)
-    logits = F.normalize(query.double(), dim=1) @ F.normalize(corpus.double(), dim=1).T / tau
-    p = torch.softmax(logits, dim=1)  # (Q, C)
+    qs = F.normalize(query.double(), dim=1) / tau  # (Q, D): logits = qs @ ĉᵀ, per-query τ folded in
+    cn = F.normalize(corpus.double(), dim=1)
+    log_z = log_partition(qs, cn, scale=1.0)  # (Q,) log Σ_j exp(cos(q, c_j)/τ)
+    logits = qs @ cn.T  # (Q, C)
     if corpus_labels is None:
-        return p.max(dim=1).values
+        return torch.exp(logits.max(dim=1).values - log_z)
     check_labels("corpus_labels", corpus_labels, corpus.shape[0])
     top_label = corpus_labels[logits.argmax(dim=1)]  # (Q,)
+    p = torch.exp(logits - log_z[:, None])  # (Q, C) the search's probabilities
     return (p * (corpus_labels[None, :] == top_label[:, None])).sum(dim=1)
 
 
@@ -352,12 +356,7 @@ def calibration_report(
 
 def plot_reliability(report: CalibrationReport, path: str | Path, *, title: str = "") -> None:
     """Reliability diagrams (accuracy vs confidence per bin) of every score, raw and isotonic."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(report.scores), figsize=(3.6 * len(report.scores), 3.4), squeeze=False)
+    fig, axes = figures.subplots(1, len(report.scores), figsize=(3.6 * len(report.scores), 3.4), squeeze=False)
     for ax, s in zip(axes[0], report.scores, strict=True):
         ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
         for label, b, marker in (("raw", s.bins_raw, "s"), ("isotonic", s.bins_isotonic, "o")):
@@ -374,6 +373,4 @@ def plot_reliability(report: CalibrationReport, path: str | Path, *, title: str 
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)

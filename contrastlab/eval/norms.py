@@ -1,6 +1,7 @@
 """Embedding norms under a scale-invariant loss: trajectories, gradient "heat", the discrete recursion.
 
-Mechanism (``papers.md`` §3.1, after Su, Ren & Veitch and Draganov et al. ICML 2025, Cor. 3.3). If a loss
+Mechanism (after Su, Ren & Veitch 2026, arXiv 2606.30625, and Draganov et al., ICML 2025,
+arXiv 2502.09252, Cor. 3.3). If a loss
 ``L`` depends on a vector ``z`` only through ``u = z/‖z‖`` (cosine InfoNCE does, for every embedding row
 and also for the last linear layer of an encoder, jointly with its bias), then Euler's theorem for a
 function homogeneous of degree 0 gives ``⟨z, ∇_z L⟩ = 0``, and ``∇_z L = G/‖z‖`` with
@@ -235,7 +236,8 @@ def equilibrium_sq_norm(
     """Fixed point ``R²`` of (R1) for a constant per-step ``E‖G‖²`` and decay ``λ > 0``.
 
     ``R⁴ = η² E‖G‖² / (1 − (1 − ηλ)²)`` (``exact``), or the small-``ηλ`` form ``R⁴ ≈ η E‖G‖² / (2λ)``.
-    (The third-party "bi-quadratic" ``R² = (D + √(D² + 2V²))/2`` of ``papers.md`` §3 reduces to the
+    (The "bi-quadratic" ``R² = (D + √(D² + 2V²))/2`` that a third-party note attributes to
+    Su, Ren & Veitch 2026, arXiv 2606.30625, reduces to the
     small-``ηλ`` form at zero drift ``D`` when ``V² = η E‖G‖²/λ``; its ``D`` and ``V`` are unverified.)
 
     Args:

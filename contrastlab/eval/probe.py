@@ -1,8 +1,8 @@
 """Frozen-feature evaluation: linear probe, weighted kNN, kNN recall R@k, seed intervals, baselines.
 
-The protocol is WEINCE's (Erol et al. 2026, §2.4 of ``reference/papers.md``): a logistic-regression probe on
-frozen, standardised features; a kNN classifier on cosine similarity with the temperature-weighted vote of
-Wu et al. (2018, "Unsupervised feature learning via non-parametric instance discrimination", eq. 7),
+The protocol is WEINCE's (Erol et al. 2026, arXiv 2606.00262, as its reproduction scripts run it): a
+logistic-regression probe on frozen, standardised features; a kNN classifier on cosine similarity with the
+temperature-weighted vote of Wu et al. (2018, "Unsupervised feature learning via non-parametric instance discrimination", eq. 7),
 τ_knn = 0.1 and k ∈ {1, 2, 5, 10, 20, 50}; kNN recall R@k = the fraction of queries with at least one
 same-label item among their k nearest neighbours; 95% Student-t intervals over encoder seeds. The baselines
 are raw pixels and a randomly initialised encoder. Accuracies and recalls are fractions in [0, 1].
@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrastlab._checks import check_choice, check_embeddings, check_labels, check_positive_float
+from contrastlab._checks import check_int as _check_int
 from contrastlab.data.base import ImageDataset, to_float_images
 
 __all__ = [
@@ -49,12 +50,6 @@ def _check_ks(ks: int | Sequence[int], n_candidates: int) -> tuple[int, ...]:
     if max(ks_t) > n_candidates:
         raise ValueError(f"k must be at most the number of neighbour candidates ({n_candidates}), got {max(ks_t)}")
     return ks_t
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-    return value
 
 
 @torch.no_grad()

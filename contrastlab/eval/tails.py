@@ -32,8 +32,8 @@ import torch
 from scipy import stats as sps
 from torch import Tensor
 
+from contrastlab import figures
 from contrastlab._checks import check_embeddings, check_labels, check_positive_float
-from contrastlab.io import atomic_path
 from contrastlab.losses.weince import AnchorTailStats, anchor_tail_stats
 
 __all__ = [
@@ -283,16 +283,11 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
     Returns:
         ``path`` as a ``Path``.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     reports = {"": report} if isinstance(report, TailReport) else dict(report)
     if not reports:
         raise ValueError("report must be a TailReport or a non-empty mapping of them")
     height = 3.6 * len(reports) + (0.5 if title else 0.0)
-    fig, axes = plt.subplots(len(reports), 3, figsize=(13, height), squeeze=False)
+    fig, axes = figures.subplots(len(reports), 3, figsize=(13, height), squeeze=False)
     for row, (name, rep) in zip(axes, reports.items(), strict=True):
         fit = rep.pot
         q_gpd, q_exp, emp = qq_points(fit, rep.exceedances)
@@ -331,7 +326,5 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
         left=0.06, right=0.98, bottom=0.5 / height, top=1 - (0.9 if title else 0.4) / height, wspace=0.28, hspace=0.5
     )
     out = Path(path)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, out, dpi=100)
     return out

@@ -16,16 +16,15 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import importlib
-import os
 import pkgutil
-import platform
-import socket
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from contrastlab.host import host_info
 
 __all__ = [
     "list_experiments",
@@ -118,22 +117,6 @@ def resolve_config(
 def default_out_dir(name: str, root: str | Path = "runs") -> Path:
     """``runs/NAME-YYYYmmdd-HHMMSS`` (local time)."""
     return Path(root) / f"{name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-
-def host_info() -> dict[str, Any]:
-    """Where a result was produced: host, platform, python, torch, CPU count, GPU name if any."""
-    import torch
-
-    info: dict[str, Any] = {
-        "hostname": socket.gethostname(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
-    return info
 
 
 def validate_results(results: Any, out_dir: Path, name: str = "experiment") -> dict[str, Any]:

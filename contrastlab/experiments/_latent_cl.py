@@ -11,10 +11,11 @@ h = f ∘ g on fresh test latents.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,15 +23,21 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.eval.identifiability import identifiability_metrics
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP
+from contrastlab.seeds import stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
 from contrastlab.worlds.restricted import sample_pairs, sample_restricted_negatives
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
-__all__ = ["LatentRun", "aggregate", "fmt_mean_sd", "train_latent"]
+__all__ = ["LatentRun", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
+
+#: The per-run record that :func:`run_cached` writes next to the run's ``metrics.jsonl``.
+RESULT_FILE = "result.json"
+_RESULT_KEYS = ("r2", "mcc", "ape", "orthogonality_error", "final_loss", "seconds", "cpu_seconds", "sec_per_step")
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,9 @@ class LatentRun:
 
     ``rho`` is the constraint ratio (share of each anchor's ``n_negatives`` drawn uniformly from K(z));
     with ``rho = 0`` and ``shared_negatives`` one fresh uniform batch of ``n_negatives`` is shared by all
-    anchors (the paper's standard runs), otherwise every anchor gets its own.
+    anchors (the paper's standard runs), otherwise every anchor gets its own. ``norm_order`` places the
+    MLP encoder's BatchNorm: "post_act" (Linear → ReLU → BatchNorm1d, the paper's encoder) or "pre_act"
+    (Linear → BatchNorm1d → ReLU, cl-ica's order); see :class:`contrastlab.models.MLP`.
     """
 
     generator: str = "identity"
@@ -56,6 +65,7 @@ class LatentRun:
     concentration: Literal["code", "eq6"] = "code"
     hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
     batch_norm: bool = True
+    norm_order: Literal["pre_act", "post_act"] = "post_act"
     linear_out_dim: int | None = None
     n_test: int = 2000
     shared_negatives: bool = True
@@ -70,7 +80,12 @@ class _Encoder(nn.Module):
         torch.manual_seed(run.seed)
         if run.encoder == "mlp":
             self.net: nn.Module = MLP(
-                mixing.out_dim, list(run.hidden), run.d, batch_norm=run.batch_norm, activation="relu"
+                mixing.out_dim,
+                list(run.hidden),
+                run.d,
+                batch_norm=run.batch_norm,
+                activation="relu",
+                norm_order=run.norm_order,
             )
         else:
             self.net = make_inverse_encoder(mixing, seed=run.seed)
@@ -141,7 +156,7 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
     t0, c0 = time.perf_counter(), time.process_time()
     res = fit(model, loss_fn, _batch_source(run, mixing, kappa), cfg, out_dir=out_dir)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    g = torch.Generator().manual_seed(10_000 + run.seed)
+    g = stream_generator(run.seed, "test_latents")
     z_test = sample_uniform_sphere(run.n_test, run.d, generator=g, dtype=torch.float64)
     with torch.no_grad():
         zh = res.model(mixing(z_test).float()).double()
@@ -153,10 +168,64 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
     return out
 
 
+def run_cached(run: LatentRun, out_dir: Path) -> dict[str, float]:
+    """:func:`train_latent`, recording the result in ``out_dir/result.json`` as soon as the run ends.
+
+    If that file already records the same settings (every field of ``run``) and a complete set of
+    metrics, the run is not repeated and the recorded metrics are returned. So a campaign that is
+    stopped keeps every finished run, rerunning the same command trains only the missing ones, and
+    runs of one campaign can be split over processes that share an output folder. A file recording
+    other settings, or one that does not parse, is replaced by a fresh run.
+
+    Args:
+        run: the settings.
+        out_dir: the run's folder (``metrics.jsonl`` and ``result.json``).
+
+    Returns:
+        The metrics of :func:`train_latent` (a non-finite ``final_loss`` is recorded as null and
+        returned as NaN).
+    """
+    from contrastlab.io import to_jsonable, write_json_atomic
+
+    out_dir = Path(out_dir)
+    path = out_dir / RESULT_FILE
+    settings = to_jsonable(asdict(run))
+    if path.is_file():
+        try:
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            stored = None
+        if isinstance(stored, dict) and stored.get("run") == settings:
+            metrics = stored.get("metrics")
+            if isinstance(metrics, dict) and all(k in metrics for k in _RESULT_KEYS):
+                values = {k: metrics[k] for k in _RESULT_KEYS}
+                if all(v is None or isinstance(v, (int, float)) for v in values.values()):
+                    return {k: math.nan if v is None else float(v) for k, v in values.items()}
+    result = train_latent(run, out_dir)
+    write_json_atomic(path, {"run": settings, "metrics": result})
+    return result
+
+
 def aggregate(rows: Sequence[dict[str, float]], key: str) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof = 1; 0 for a single seed) of ``key`` over runs."""
     v = np.array([r[key] for r in rows], dtype=np.float64)
     return float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0
+
+
+def interval95(rows: Sequence[dict[str, float]], key: str) -> tuple[float, float, float]:
+    """Mean and two-sided 95% Student-t interval ``(mean, low, high)`` of ``key`` over runs.
+
+    The half-width is t_{0.975, n−1} · sd / √n (sd with ddof = 1); a single run has no interval
+    (``low = high = mean``).
+    """
+    from scipy.stats import t as student_t
+
+    v = np.array([r[key] for r in rows], dtype=np.float64)
+    m = float(v.mean())
+    if v.size < 2:
+        return m, m, m
+    half = float(student_t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+    return m, m - half, m + half
 
 
 def fmt_mean_sd(mean: float, sd: float) -> str:
@@ -172,14 +241,7 @@ def plot_lines(
     path: Path,
 ) -> None:
     """R² against a swept parameter: ours (mean ± sd, solid) and the paper's points (dashed, hollow)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contrastlab.io import atomic_path
-
-    fig, ax = plt.subplots(figsize=(4.8, 3.4))
+    fig, ax = figures.subplots(figsize=(4.8, 3.4))
     for i, (label, (mean, sd)) in enumerate(series.items()):
         ax.errorbar(xs, mean, yerr=sd, marker="o", color=f"C{i}", label=f"{label} (ours)", capsize=3)
         if label in paper:
@@ -190,6 +252,4 @@ def plot_lines(
     ax.set_ylim(-0.02, 1.05)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)

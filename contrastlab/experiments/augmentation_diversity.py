@@ -1,6 +1,6 @@
 """Experiment ``augmentation-diversity``: does the encoder architecture matter more when augmentations are less diverse?
 
-Claim under test (Zaliaduonis et al., "The Loss Is Not Enough", ICML 2026, §5; ``papers.md`` §4.2–4.3): the
+Claim under test (Zaliaduonis et al., "The Loss Is Not Enough", ICML 2026, arXiv 2606.04280, §5): the
 InfoNCE optimum identifies the latents only when positive pairs are diverse enough (Def. 3.1); when they
 are not, what is learned depends on the encoder's inductive bias. Their CIFAR-10 test: SimCLR pre-training
 under three augmentation regimes — *All* (crop, flip, colour jitter, grayscale, blur, cutout), *Crop only*,
@@ -21,16 +21,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.data import ImageDataset, TwoViewBatches, augmentation_regime, load_cifar10, load_digits
 from contrastlab.data.registry import dataset_available, default_data_root
 from contrastlab.eval.probe import MeanCI, extract_features, linear_probe, mean_ci
-from contrastlab.io import atomic_path
 from contrastlab.losses import nt_xent
 from contrastlab.models import ContrastiveModel, ImageMLP, ProjectionHead, ResNet18, TinyViT, count_parameters
 from contrastlab.train import OptimConfig, TrainConfig, fit, resolve_device
@@ -45,7 +45,7 @@ PAPER_CIFAR10: dict[str, dict[str, float]] = {
     "vit": {"simclr_all": 0.54, "crop_only": 0.41, "all_without_crop": 0.32},
     "mlp": {"simclr_all": 0.42, "crop_only": 0.43, "all_without_crop": 0.31},
 }
-"""Paper 4's CIFAR-10 linear-probe accuracies (approximate, read from its figure; ``papers.md`` §4.3)."""
+"""Zaliaduonis et al. 2026 (arXiv 2606.04280), §5: CIFAR-10 linear-probe accuracies (approximate, read off a figure)."""
 
 ENCODER_LABELS = {"resnet18": "ResNet-18", "vit": "ViT", "mlp": "MLP"}
 
@@ -262,13 +262,8 @@ def _spread(acc: dict[tuple[str, str, int], float], regime: str, encoders: tuple
 
 
 def _plot(summary: dict[tuple[str, str], MeanCI], c: Config, data_name: str, path: Path, *, with_paper: bool) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = 2 if with_paper else 1
-    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.6), squeeze=False, sharey=False)
+    fig, axes = figures.subplots(1, panels, figsize=(4.6 * panels, 3.6), squeeze=False, sharey=False)
     x = np.arange(len(c.regimes))
     labels = [REGIME_LABELS[r] for r in c.regimes]
     colours = {"resnet18": "C0", "vit": "C1", "mlp": "C2"}
@@ -291,13 +286,42 @@ def _plot(summary: dict[tuple[str, str], MeanCI], c: Config, data_name: str, pat
         a.legend(fontsize=8)
         a.grid(alpha=0.3)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def _fmt(ci: MeanCI) -> str:
     return ci.format(100, 1) if ci.n > 1 else f"{ci.mean * 100:.1f}"
+
+
+class RunRow(NamedTuple):
+    """One pre-training run (encoder, regime, seed) and its frozen linear-probe accuracy."""
+
+    encoder: str
+    regime: str
+    seed: int
+    linear_acc: float
+    final_loss: float
+    train_seconds: float
+
+
+#: Column headers of the table of :class:`RunRow` records, in field order.
+RUN_COLUMNS = ["encoder", "regime", "seed", "linear acc", "final loss", "train seconds"]
+
+
+class SpreadRow(NamedTuple):
+    """Spread across architectures (best − worst mean accuracy) in one regime, ours beside the paper's."""
+
+    regime: str
+    spread: float
+    spread_half_width: float
+    """half-width of the 95% t-interval over seeds"""
+    ranking: str
+    paper_spread: float
+    paper_ranking: str
+
+
+#: Column headers of the table of :class:`SpreadRow` records, in field order.
+SPREAD_COLUMNS = ["regime", "ours spread", "ours ±", "ours ranking", "paper spread", "paper ranking"]
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -310,14 +334,14 @@ def run(config: Config, out_dir: Path) -> dict:
     channels, size = train.channels, train.image_size
 
     acc: dict[tuple[str, str, int], float] = {}
-    rows: list[list[Any]] = []
+    rows: list[RunRow] = []
     for e in c.encoders:
         for r in c.regimes:
             for s in c.seeds:
                 res = _pretrain_and_probe(e, r, s, train, test, c, out)
                 acc[(e, r, s)] = res["linear_acc"]
-                rows.append([ENCODER_LABELS[e], REGIME_LABELS[r], s, res["linear_acc"], res["final_loss"],
-                             res["seconds"]])  # fmt: skip
+                rows.append(RunRow(ENCODER_LABELS[e], REGIME_LABELS[r], s, res["linear_acc"], res["final_loss"],
+                                   res["seconds"]))  # fmt: skip
     summary = {(e, r): mean_ci([acc[(e, r, s)] for s in c.seeds]) for e in c.encoders for r in c.regimes}
 
     # baselines: a probe on raw pixels and on each randomly initialised encoder (seed 0, no training)
@@ -341,14 +365,14 @@ def run(config: Config, out_dir: Path) -> dict:
     spreads = {r: mean_ci([_spread(acc, r, c.encoders, s) for s in c.seeds]) for r in c.regimes}
     for r, ci in spreads.items():
         metrics[f"spread/{r}"] = ci.mean
-    spread_rows: list[list[Any]] = []
+    spread_rows: list[SpreadRow] = []
     for r in c.regimes:
         ranking = sorted(c.encoders, key=lambda e: -summary[(e, r)].mean)
         paper = [PAPER_CIFAR10[e][r] for e in c.encoders]
         paper_rank = sorted(c.encoders, key=lambda e: -PAPER_CIFAR10[e][r])
-        spread_rows.append([REGIME_LABELS[r], spreads[r].mean, spreads[r].half_width,
-                            " > ".join(ENCODER_LABELS[e] for e in ranking), max(paper) - min(paper),
-                            " > ".join(ENCODER_LABELS[e] for e in paper_rank)])  # fmt: skip
+        spread_rows.append(SpreadRow(REGIME_LABELS[r], spreads[r].mean, spreads[r].half_width,
+                                     " > ".join(ENCODER_LABELS[e] for e in ranking), max(paper) - min(paper),
+                                     " > ".join(ENCODER_LABELS[e] for e in paper_rank)))  # fmt: skip
     verdict = ""
     if "simclr_all" in c.regimes and len(c.encoders) > 1:
         limited = [r for r in c.regimes if r != "simclr_all"]
@@ -416,7 +440,7 @@ def run(config: Config, out_dir: Path) -> dict:
         },
         {
             "title": "Spread across architectures per regime (best − worst mean accuracy) and ranking",
-            "columns": ["regime", "ours spread", "ours ±", "ours ranking", "paper spread", "paper ranking"],
+            "columns": SPREAD_COLUMNS,
             "rows": spread_rows,
         },
         {
@@ -432,7 +456,7 @@ def run(config: Config, out_dir: Path) -> dict:
         },
         {
             "title": "Every run",
-            "columns": ["encoder", "regime", "seed", "linear acc", "final loss", "train seconds"],
+            "columns": RUN_COLUMNS,
             "rows": rows,
         },
     ]

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contrastlab.io import atomic_path
+from contrastlab import figures
 from contrastlab.models import MLP
+from contrastlab.seeds import seed_stream
 from contrastlab.theory.bounds import continuity_check
 from contrastlab.theory.risk import embed, tuple_loss
 from contrastlab.worlds.vmf_world import SphereWorld
@@ -71,13 +72,13 @@ Triple = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 def _pair(cfg: Config, world: SphereWorld, i: int, gen: torch.Generator) -> tuple[Triple, Triple, str]:
     """One random pair (φ, φ') evaluated on fresh tuples: (φ's embeddings, φ''s embeddings, kind)."""
     t = world.sample_tuples(cfg.n_tuples, cfg.k, generator=gen)
-    torch.manual_seed(cfg.seed * 100_003 + 2 * i)
+    torch.manual_seed(seed_stream(cfg.seed, "phi", i))
     f = MLP(world.input_dim, list(cfg.hidden), cfg.embed_dim).double().eval()
     phi = (embed(f, t.anchor), embed(f, t.positive), embed(f, t.negatives))
     u = float(torch.rand(1, generator=gen))
     eps = 10 ** float(torch.empty(1).uniform_(-3, 0, generator=gen))
     if u < cfg.independent_fraction:
-        torch.manual_seed(cfg.seed * 100_003 + 2 * i + 1)
+        torch.manual_seed(seed_stream(cfg.seed, "phi_independent", i))
         f2 = MLP(world.input_dim, list(cfg.hidden), cfg.embed_dim).double().eval()
         return phi, (embed(f2, t.anchor), embed(f2, t.positive), embed(f2, t.negatives)), "independent"
     if u < cfg.independent_fraction + cfg.adversarial_fraction:
@@ -127,12 +128,8 @@ def run(config: Config, out_dir: Path) -> dict:
     kind_cat = np.concatenate(kinds)
 
     # ---- figure ----
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = figures.subplots(1, 2, figsize=(11, 4.2))
     xb = np.array([b if math.isfinite(b) else 2 * max(x for x in betas if math.isfinite(x)) for b in betas])
     for q, style in ((100, "k-"), (99, "b--"), (50, "g-.")):
         axes[0].plot(xb, [np.percentile(r[b], q) for b in betas], style, marker="o", ms=3, label=f"{q}th percentile")
@@ -155,9 +152,7 @@ def run(config: Config, out_dir: Path) -> dict:
     axes[1].set_title("every tuple of every pair (must lie below the red line)", fontsize=10)
     axes[1].legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(out_dir / "continuity_bound.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, out_dir / "continuity_bound.png", dpi=110)
 
     rows = [
         [

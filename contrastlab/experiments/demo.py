@@ -24,16 +24,18 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.eval.identifiability import linear_r2
 from contrastlab.io import write_json_atomic
 from contrastlab.losses import alignment, info_nce, uniformity
 from contrastlab.losses._common import l2_normalize
 from contrastlab.models import MLP
+from contrastlab.seeds import stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds import SphereWorld
 from contrastlab.worlds.mixing import make_mixing
@@ -110,7 +112,7 @@ def evaluate(encoder: nn.Module | Any, x: Tensor, x_pos: Tensor, z: Tensor, temp
 
 def audit(config: Config, out_dir: Path) -> dict[str, Any]:
     """Part 1: train on the sphere world, evaluate beside a random encoder and g⁻¹, plot the k-gap."""
-    from contrastlab.experiments.k_gap import k_gap_figure
+    from contrastlab.experiments._k_gap import k_gap_figure
 
     g = make_mixing(config.mixing, config.latent_dim, seed=config.mixing_seed)
     world = SphereWorld(d=config.latent_dim, kappa=config.kappa, mixing=g, inverse=g.inverse, seed=config.seed)
@@ -132,8 +134,8 @@ def audit(config: Config, out_dir: Path) -> dict[str, Any]:
     train_cfg = TrainConfig(steps=config.steps, seed=config.seed, log_every=25, optim=OptimConfig(lr=config.lr))
     result = fit(encoder, loss_fn, batch_at, train_cfg, out_dir=out_dir)
 
-    # Held-out pairs: a stream the training never drew (seed offset by one).
-    x, x_pos, z, _ = world.sample_pairs(config.eval_size, generator=step_generator(config.seed + 1, 0))
+    # Held-out pairs: a named stream the training never draws from.
+    x, x_pos, z, _ = world.sample_pairs(config.eval_size, generator=stream_generator(config.seed, "eval"))
     rows = {
         "random encoder": evaluate(random_encoder.eval(), x, x_pos, z, config.temperature),
         "trained encoder": evaluate(encoder, x, x_pos, z, config.temperature),
@@ -195,6 +197,16 @@ def _run_paper(name: str, out: str) -> tuple[str, float, str, str | None]:
         return name, time.perf_counter() - t0, "", f"{type(e).__name__}: {e}"
 
 
+class PaperRow(NamedTuple):
+    """One paper experiment run by the demo with its ``--quick`` settings."""
+
+    experiment: str
+    seconds: float
+    status: str
+    """``ok``, or ``failed:`` followed by the error"""
+    summary: str
+
+
 def run(config: Config, out_dir: Path) -> dict:
     """Audit (part 1), then the papers' quick experiments (part 2), then one report over all of them."""
     from rich.console import Console
@@ -209,7 +221,7 @@ def run(config: Config, out_dir: Path) -> dict:
     _print_table(console, part1["tables"][0])
     console.print(part1["summary"])
 
-    paper_rows: list[list[Any]] = []
+    paper_rows: list[PaperRow] = []
     done_dirs: list[Path] = []
     if config.papers:
         console.print(f"\nRunning {len(config.papers)} paper experiments (--quick), {config.workers} at a time …")
@@ -219,7 +231,7 @@ def run(config: Config, out_dir: Path) -> dict:
                 name, seconds, summary, error = fut.result()
                 status = "failed: " + error if error else "ok"
                 console.print(f"  {name:<24} {seconds:6.1f} s  {status}")
-                paper_rows.append([name, round(seconds, 1), status, summary])
+                paper_rows.append(PaperRow(name, round(seconds, 1), status, summary))
                 if error is None:
                     done_dirs.append(out_dir / name)
     md, html = write_report([main_dir, *done_dirs], out_dir / "report")
@@ -238,7 +250,7 @@ def run(config: Config, out_dir: Path) -> dict:
                 [
                     {
                         "title": "Paper experiments (quick settings)",
-                        "columns": ["experiment", "seconds", "status", "summary"],
+                        "columns": list(PaperRow._fields),
                         "rows": paper_rows,
                     }
                 ]
@@ -263,21 +275,12 @@ def _print_table(console: Any, table: dict) -> None:
 
 
 def _plot_curve(history: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contrastlab.io import atomic_path
-
     steps = [h["step"] for h in history if "loss" in h]
     loss = [h["loss"] for h in history if "loss" in h]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
+    fig, ax = figures.subplots(figsize=(5, 3.2))
     ax.plot(steps, loss)
     ax.set_xlabel("step")
     ax.set_ylabel("InfoNCE loss")
     ax.set_title("demo: training loss")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)

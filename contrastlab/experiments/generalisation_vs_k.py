@@ -18,14 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from contrastlab.io import atomic_path
+from contrastlab import figures
 from contrastlab.models import MLP
+from contrastlab.seeds import seed_stream, stream_generator
 from contrastlab.theory.bounds import b_tau, theorem1_terms
 from contrastlab.theory.risk import infonce_risk, tuple_loss
 from contrastlab.train import EpochSampler, OptimConfig, TrainConfig, fit
@@ -73,6 +74,51 @@ class Config:
 
 
 QUICK = Config(n=256, ks=(1, 4, 16, 64), seeds=3, steps=120, batch=32, n_eval=8192)
+
+
+class RunRow(NamedTuple):
+    """One trained encoder (one k, one repetition): its risks and the Theorem 1 ingredients."""
+
+    k: int
+    seed: int
+    """repetition index (its seeds come from the named streams of ``Config.seed``)"""
+    emp: float
+    """empirical risk R̂_n(φ̂) on the n training tuples"""
+    pop: float
+    """population risk R(φ̂), estimated on fresh tuples"""
+    pop_se: float
+    """standard error of ``pop``"""
+    gap: float
+    """R(φ̂) − R̂_n(φ̂)"""
+    radius: float
+    """‖θ̂ − θ₀‖"""
+    b_tau: float
+    """B_τ of Lemma 1"""
+    c_phi: float
+    """the observed lower estimate of C_Φ"""
+    complexity: float
+    """Theorem 1's complexity term"""
+
+
+#: Column headers of the table of :class:`RunRow` records, in field order.
+RUN_COLUMNS = ["k", "seed", "R̂_n", "R", "R s.e.", "gap", "‖θ̂ − θ₀‖", "B_τ", "Ĉ_Φ", "complexity"]
+
+
+class MeanRow(NamedTuple):
+    """The mean over repetitions at one k (``gap_sd`` the standard deviation of the gap)."""
+
+    k: int
+    emp: float
+    pop: float
+    gap: float
+    gap_sd: float
+    complexity: float
+    b_tau: float
+    radius: float
+
+
+#: Column headers of the table of :class:`MeanRow` records, in field order.
+MEAN_COLUMNS = ["k", "R̂_n", "R", "gap", "gap sd", "complexity", "B_τ", "‖θ̂ − θ₀‖"]
 
 
 def train_on_tuples(
@@ -127,12 +173,11 @@ def run(config: Config, out_dir: Path) -> dict:
     kappa = config.kappa if config.kappa > 0 else 1.0 / tau
     world = SphereWorld.from_mixing(config.mixing, d=config.d, kappa=kappa, seed=config.seed)
     m2 = world.ratio_second_moment()
-    rows: list[list[Any]] = []
-    per_k: dict[int, list[dict[str, float]]] = {k: [] for k in config.ks}
+    per_k: dict[int, list[RunRow]] = {k: [] for k in config.ks}
     for k in config.ks:
         for s in range(config.seeds):
-            seed = config.seed * 1000 + s
-            tuples = world.sample_tuples(config.n, k, generator=world.generator(100 + 7919 * s + k))
+            seed = seed_stream(config.seed, "train", s)
+            tuples = world.sample_tuples(config.n, k, generator=stream_generator(config.seed, "tuples", s, k))
             model, init = train_on_tuples(
                 tuples, temperature=tau, config=config, seed=seed, out_dir=out_dir / "train" / f"k{k}_s{s}"
             )
@@ -146,7 +191,7 @@ def run(config: Config, out_dir: Path) -> dict:
                 temperature=tau,
                 n=config.n_eval,
                 group_size=config.eval_group_size,
-                generator=world.generator(10**6 + 31 * s + k),
+                generator=stream_generator(config.seed, "eval_tuples", s, k),
             )
             radius = float((_flat(model) - _flat(init)).norm())
             c_phi = _c_phi_estimate(model, init, tuples.anchor)
@@ -163,25 +208,26 @@ def run(config: Config, out_dir: Path) -> dict:
                 ratio_second_moment=m2,
                 delta=config.delta,
             )
-            rec = {
-                "emp": emp,
-                "pop": pop.mean,
-                "pop_se": pop.se,
-                "gap": pop.mean - emp,
-                "radius": radius,
-                "b_tau": bt,
-                "c_phi": c_phi,
-                "complexity": th["complexity"],
-                "concentration": th["concentration"],
-                "finite_k": th["finite_k"],
-            }
-            per_k[k].append(rec)
-            rows.append([k, s, emp, pop.mean, pop.se, rec["gap"], radius, bt, c_phi, th["complexity"]])
+            per_k[k].append(
+                RunRow(
+                    k=k,
+                    seed=s,
+                    emp=emp,
+                    pop=pop.mean,
+                    pop_se=pop.se,
+                    gap=pop.mean - emp,
+                    radius=radius,
+                    b_tau=bt,
+                    c_phi=c_phi,
+                    complexity=th["complexity"],
+                )
+            )
+    rows = [r for recs in per_k.values() for r in recs]
 
     ks = np.array(config.ks, dtype=float)
 
     def agg(key: str) -> tuple[np.ndarray, np.ndarray]:
-        vals = np.array([[r[key] for r in per_k[k]] for k in config.ks])
+        vals = np.array([[getattr(r, key) for r in per_k[k]] for k in config.ks])
         return vals.mean(1), vals.std(1, ddof=1) if vals.shape[1] > 1 else np.zeros(len(ks))
 
     gap_m, gap_sd = agg("gap")
@@ -191,17 +237,10 @@ def run(config: Config, out_dir: Path) -> dict:
     emp_m, _ = agg("emp")
     pop_m, _ = agg("pop")
 
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+    fig, axes = figures.subplots(1, 3, figsize=(15, 4.3))
     ax = axes[0]
     for k, recs in per_k.items():
-        ax.errorbar(
-            [k] * len(recs), [r["gap"] for r in recs], yerr=[r["pop_se"] for r in recs], fmt=".", color="0.6", ms=4
-        )
+        ax.errorbar([k] * len(recs), [r.gap for r in recs], yerr=[r.pop_se for r in recs], fmt=".", color="0.6", ms=4)
     ax.errorbar(
         ks, gap_m, yerr=gap_sd, fmt="o-", color="tab:blue", capsize=3, label="R(φ̂) − R̂_n(φ̂), mean ± sd over seeds"
     )
@@ -235,9 +274,7 @@ def run(config: Config, out_dir: Path) -> dict:
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
-    with atomic_path(out_dir / "generalisation_vs_k.png") as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, out_dir / "generalisation_vs_k.png", dpi=110)
 
     half = len(ks) // 2
     metrics: dict[str, float] = {
@@ -249,19 +286,19 @@ def run(config: Config, out_dir: Path) -> dict:
         "complexity_k_max": float(cx_m[-1]),
         "b_tau_k_max": float(bt_m[-1]),
         "radius_k_max": float(rad_m[-1]),
-        "max_eval_se": float(max(r["pop_se"] for recs in per_k.values() for r in recs)),
+        "max_eval_se": float(max(r.pop_se for r in rows)),
     }
     table_rows = [
-        [
-            int(k),
-            float(emp_m[i]),
-            float(pop_m[i]),
-            float(gap_m[i]),
-            float(gap_sd[i]),
-            float(cx_m[i]),
-            float(bt_m[i]),
-            float(rad_m[i]),
-        ]
+        MeanRow(
+            k=int(k),
+            emp=float(emp_m[i]),
+            pop=float(pop_m[i]),
+            gap=float(gap_m[i]),
+            gap_sd=float(gap_sd[i]),
+            complexity=float(cx_m[i]),
+            b_tau=float(bt_m[i]),
+            radius=float(rad_m[i]),
+        )
         for i, k in enumerate(config.ks)
     ]
     summary = (
@@ -282,12 +319,12 @@ def run(config: Config, out_dir: Path) -> dict:
         "tables": [
             {
                 "title": "Mean over seeds by k",
-                "columns": ["k", "R̂_n", "R", "gap", "gap sd", "complexity", "B_τ", "‖θ̂ − θ₀‖"],
+                "columns": MEAN_COLUMNS,
                 "rows": table_rows,
             },
             {
                 "title": "Every run",
-                "columns": ["k", "seed", "R̂_n", "R", "R s.e.", "gap", "‖θ̂ − θ₀‖", "B_τ", "Ĉ_Φ", "complexity"],
+                "columns": RUN_COLUMNS,
                 "rows": rows,
             },
         ],

@@ -12,7 +12,10 @@ of z from h(z) (plus MCC, APE and the distance of the best linear map to O(3)):
 * ``inverse``: as ``violated`` with an inverse-architecture encoder (linear for Identity/Linear, inverse
   spiral, soft inverse patches, learnable inverse leaky-ReLU MLP — the paper has none for the MLP).
 
-κ = 1/τ, τ = 0.3, Adam; mean ± sd over seeds, printed next to the paper's numbers.
+κ = 1/τ, τ = 0.3, Adam; the MLP encoder is the paper's (Linear → ReLU → BatchNorm1d per hidden layer,
+then a linear projection; the loss L2-normalises). Mean ± sd and the 95% t-interval over seeds, printed
+next to the paper's numbers. Every finished run is recorded in ``OUT/train/<generator>__<setting>__<seed>/
+result.json`` at once; rerunning the same command into the same folder trains only the missing runs.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
-from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, train_latent
-from contrastlab.io import atomic_path
+from contrastlab import figures
+from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, interval95, run_cached
 
 SETTINGS = ("holds", "violated", "corrected", "inverse")
 
@@ -69,7 +73,10 @@ class Config:
     corrected_negatives: int = 2000
     """per-anchor K(z) negatives of the corrected runs (the paper's code: 2000)"""
     hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
-    """MLP encoder widths (BatchNorm + ReLU; the paper's)"""
+    """MLP encoder widths (the paper's)"""
+    norm_order: Literal["pre_act", "post_act"] = "post_act"
+    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
+    pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
     lr: float = 1e-3
     """Adam learning rate"""
     tau: float = 0.3
@@ -108,6 +115,7 @@ def _run_for(config: Config, generator: str, setting: str, seed: int) -> LatentR
         lr=config.lr,
         tau=config.tau,
         hidden=config.hidden,
+        norm_order=config.norm_order,
         n_test=config.n_test,
         seed=seed,
     )
@@ -121,14 +129,10 @@ def _paper(generator: str, setting: str) -> str:
 
 
 def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
     gens, sets = config.generators, config.settings
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
+    fig, axes = figures.subplots(1, len(sets), figsize=(3.2 * len(sets), 3.0), sharey=True)
     axes = np.atleast_1d(axes)
     x = np.arange(len(gens))
     for ax, s in zip(axes, sets, strict=True):
@@ -143,9 +147,7 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
     axes[0].set_ylabel("held-out linear R²")
     axes[0].legend(loc="lower left", fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=110)
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -162,18 +164,19 @@ def run(config: Config, out_dir: Path) -> dict:
     for g in config.generators:
         for s in config.settings:
             results[(g, s)] = [
-                train_latent(_run_for(config, g, s, seed), out_dir / "train" / f"{g}__{s}__{seed}")
+                run_cached(_run_for(config, g, s, seed), out_dir / "train" / f"{g}__{s}__{seed}")
                 for seed in range(config.seed, config.seed + config.seeds)
             ]
     r2 = {k: aggregate(v, "r2") for k, v in results.items()}
+    ci = {k: interval95(v, "r2") for k, v in results.items()}
     cols = ["generator"]
     for s in config.settings:
-        cols += [f"{s} R² (ours)", f"{s} R² (paper)"]
+        cols += [f"{s} R² (ours)", f"{s} 95% CI", f"{s} R² (paper)"]
     rows_r2 = []
     for g in config.generators:
         row: list[str | float | int | None] = [NAMES[g]]
         for s in config.settings:
-            row += [fmt_mean_sd(*r2[(g, s)]), _paper(g, s)]
+            row += [fmt_mean_sd(*r2[(g, s)]), f"[{ci[(g, s)][1]:.2f}, {ci[(g, s)][2]:.2f}]", _paper(g, s)]
         rows_r2.append(row)
     rows_other = []
     for g in config.generators:
@@ -188,6 +191,7 @@ def run(config: Config, out_dir: Path) -> dict:
                 [
                     NAMES[g],
                     s,
+                    " ".join(f"{r['r2']:.3f}" for r in results[(g, s)]),
                     fmt_mean_sd(*mc),
                     paper_mcc,
                     fmt_mean_sd(*ap),
@@ -214,7 +218,7 @@ def run(config: Config, out_dir: Path) -> dict:
         f"Table 1 of Zaliaduonis et al. (2026) rerun with {config.seeds} seed(s), {config.steps} Adam steps, "
         f"batch {config.batch_size} (corrected: {config.corrected_batch_size} anchors × "
         f"{config.corrected_negatives} K(z) negatives), τ = {config.tau}, d_fixed = {config.d_fixed}; "
-        f"held-out linear R² (mean ± sd). "
+        f"{config.norm_order} MLP encoder {'-'.join(map(str, config.hidden))}; held-out linear R² (mean ± sd). "
         + "; ".join(parts)
         + f". Total {total:.0f} s wall, {metrics['cpu_seconds']:.0f} s CPU."
     )
@@ -222,12 +226,17 @@ def run(config: Config, out_dir: Path) -> dict:
         "summary": summary,
         "metrics": metrics,
         "tables": [
-            {"title": "Table 1: held-out linear R², ours vs the paper", "columns": cols, "rows": rows_r2},
+            {
+                "title": "Table 1: held-out linear R², ours (mean ± sd, 95% t-interval) vs the paper",
+                "columns": cols,
+                "rows": rows_r2,
+            },
             {
                 "title": "MCC, APE, orthogonality error, final loss and time per step",
                 "columns": [
                     "generator",
                     "setting",
+                    "R² per seed",
                     "MCC",
                     "MCC (paper)",
                     "APE",

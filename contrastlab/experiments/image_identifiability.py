@@ -15,15 +15,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.eval.identifiability import identifiability_metrics
 from contrastlab.experiments._latent_cl import aggregate, fmt_mean_sd
-from contrastlab.io import atomic_path
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP, SmallCNN
+from contrastlab.seeds import seed_stream, stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.images import ImageWorld, sample_image_pairs
 from contrastlab.worlds.sphere import sample_uniform_sphere
@@ -46,7 +48,10 @@ class Config:
     cnn_width: int = 16
     """SmallCNN first-stage width"""
     mlp_hidden: tuple[int, ...] = (512, 256)
-    """MLP hidden widths (BatchNorm + ReLU)"""
+    """MLP hidden widths (ReLU and BatchNorm)"""
+    mlp_norm_order: Literal["pre_act", "post_act"] = "post_act"
+    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the identifiability
+    paper's encoder), pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
     seeds: int = 3
     """seeds per cell"""
     steps: int = 3000
@@ -78,7 +83,15 @@ class _Flatten(nn.Module):
 def _encoder(name: str, config: Config, world: ImageWorld) -> nn.Module:
     if name == "cnn":
         return SmallCNN(3, config.image_size, embed_dim=config.d, width=config.cnn_width)
-    return _Flatten(MLP(world.out_dim, list(config.mlp_hidden), config.d, batch_norm=True, activation="relu"))
+    mlp = MLP(
+        world.out_dim,
+        list(config.mlp_hidden),
+        config.d,
+        batch_norm=True,
+        activation="relu",
+        norm_order=config.mlp_norm_order,
+    )
+    return _Flatten(mlp)
 
 
 def _train_one(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: Path) -> dict[str, float]:
@@ -109,7 +122,7 @@ def _train_one(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: P
     t0, c0 = time.perf_counter(), time.process_time()
     res = fit(model, loss_fn, batch_at, cfg, out_dir=out_dir)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    z = sample_uniform_sphere(config.n_test, config.d, generator=torch.Generator().manual_seed(10_000 + seed))
+    z = sample_uniform_sphere(config.n_test, config.d, generator=stream_generator(seed, "test_latents"))
     with torch.no_grad():
         zh = torch.cat([res.model(world(c)) for c in z.split(500)])
     out = identifiability_metrics(z.double(), zh.double(), seed=seed)
@@ -119,16 +132,11 @@ def _train_one(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: P
 
 
 def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     world = ImageWorld(config.d, size=config.image_size)
     z, _, x, xp = sample_image_pairs(
         world, 6, 1.0 / config.tau, config.d_fixed, generator=torch.Generator().manual_seed(0)
     )
-    fig = plt.figure(figsize=(9, 3))
+    fig = figures.new_figure((9, 3))
     for i in range(6):
         for row, img in enumerate((x, xp)):
             ax = fig.add_subplot(2, 10, row * 10 + i + 1)
@@ -149,9 +157,7 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
     fig.text(0.02, 0.93, "anchors (top) / restricted positives (bottom)", fontsize=8)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -166,8 +172,8 @@ def run(config: Config, out_dir: Path) -> dict:
     regimes = {"full": 0, "restricted": config.d_fixed}
     res = {
         (e, r): [
-            _train_one(config, e, m, s, out_dir / "train" / f"{e}__{r}__{s}")
-            for s in range(config.seed, config.seed + config.seeds)
+            _train_one(config, e, m, seed_stream(config.seed, "repetition", s), out_dir / "train" / f"{e}__{r}__{s}")
+            for s in range(config.seeds)
         ]
         for e in config.encoders
         for r, m in regimes.items()

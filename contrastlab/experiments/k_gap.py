@@ -10,8 +10,9 @@ bounds. It also shows the idealised search's own finite-m bias (m ≠ k: the sea
 population CE, "k = ∞").
 
 All estimates are paired (one set of draws for every k) and unbiased; see
-:func:`contrastlab.theory.search_ce.k_gap_estimates`. Use :func:`k_gap_figure` to draw the plot for
-any encoder (the demo does this for its trained model).
+:func:`contrastlab.theory.search_ce.k_gap_estimates`. The measurement and the figure live in
+:mod:`contrastlab.experiments._k_gap` (:func:`k_gap_figure` draws the plot for any encoder; the demo
+does this for its trained model).
 """
 
 from __future__ import annotations
@@ -20,23 +21,34 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
 
-from contrastlab.io import atomic_path
+from contrastlab.experiments._k_gap import DEFAULT_KS, fit_slope, k_gap_figure, measure_k_gap, plot_k_gap
 from contrastlab.models import MLP
-from contrastlab.theory.bounds import dcl_search_bound, prop1_bounds, prop2_bound
+from contrastlab.seeds import seed_stream
+from contrastlab.theory.bounds import prop1_bounds, prop2_bound
 from contrastlab.theory.risk import Encoder, tuple_loss
-from contrastlab.theory.search_ce import ground_truth_population_ce, k_gap_estimates
+from contrastlab.theory.search_ce import ground_truth_population_ce
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.vmf_world import SphereWorld
 
-__all__ = ["Config", "QUICK", "fit_slope", "k_gap_figure", "measure_k_gap", "plot_k_gap", "run", "train_encoder"]
-
-DEFAULT_KS = tuple(2**i for i in range(11))  # 1, 2, 4, …, 1024
+__all__ = [
+    "DEFAULT_KS",
+    "Config",
+    "GapRow",
+    "QUICK",
+    "SlopeRow",
+    "fit_slope",
+    "k_gap_figure",
+    "measure_k_gap",
+    "plot_k_gap",
+    "run",
+    "train_encoder",
+]
 
 
 @dataclass(frozen=True)
@@ -80,195 +92,69 @@ class Config:
 QUICK = Config(n_groups=64, m_ref=2048, train_steps=300, train_batch=128, train_k=32)
 
 
-def fit_slope(ks: Sequence[int], gaps: Sequence[float], ses: Sequence[float], *, k_min: int = 8) -> dict[str, Any]:
-    """Least-squares slope of log|gap| against log k over the informative points.
+class GapRow(NamedTuple):
+    """One (encoder, k) point of the k-gap table: Whiteley's quantities and bounds (eqs 7, 9, 11–12)."""
 
-    A point is informative when k >= ``k_min`` and |gap| > 3 standard errors. Whiteley's Props. 1–2
-    predict slope −1 (O(1/k)).
-
-    Returns:
-        ``{"slope", "slope_se", "n_points", "k_range"}`` (slope ``None`` with fewer than 3 points).
-    """
-    pts = [(k, abs(g)) for k, g, s in zip(ks, gaps, ses, strict=True) if k >= k_min and abs(g) > 3 * s]
-    if len(pts) < 3:
-        return {"slope": None, "slope_se": None, "n_points": len(pts), "k_range": None}
-    x = np.log([p[0] for p in pts])
-    y = np.log([p[1] for p in pts])
-    a = np.vstack([x, np.ones_like(x)]).T
-    coef, res, *_ = np.linalg.lstsq(a, y, rcond=None)
-    resid = y - a @ coef
-    s2 = float(resid @ resid) / max(len(pts) - 2, 1)
-    se = math.sqrt(s2 / float(((x - x.mean()) ** 2).sum()))
-    return {"slope": float(coef[0]), "slope_se": se, "n_points": len(pts), "k_range": [pts[0][0], pts[-1][0]]}
-
-
-def measure_k_gap(
-    encoder: Encoder,
-    world: SphereWorld,
-    *,
-    temperature: float,
-    ks: Sequence[int] = DEFAULT_KS,
-    n_groups: int = 256,
-    group_size: int = 64,
-    n_positives: int = 8,
-    m_ref: int = 8192,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Measure every gap of the experiment for one encoder.
-
-    Returns:
-        ``{"ks": [...], name: {"mean": [...], "se": [...]}, "slopes": {...}}`` for the names of
-        :func:`~contrastlab.theory.search_ce.k_gap_estimates`.
-    """
-    est = k_gap_estimates(
-        encoder,
-        world,
-        ks,
-        temperature=temperature,
-        n_groups=n_groups,
-        group_size=group_size,
-        n_positives=n_positives,
-        m_ref=m_ref,
-        generator=world.generator(10_000 + seed),
-    )
-    kk = sorted(est)
-    out: dict[str, Any] = {"ks": kk}
-    for name in est[kk[0]]:
-        out[name] = {"mean": [est[k][name].mean for k in kk], "se": [est[k][name].se for k in kk]}
-    out["slopes"] = {
-        name: fit_slope(kk, out[name]["mean"], out[name]["se"])
-        for name in ("pop_minus_risk", "pop_minus_risk_dcl", "search_minus_risk", "search_minus_pop")
-    }
-    return out
+    encoder: str
+    k: int
+    risk: float
+    """InfoNCE risk R(φ; k, τ)"""
+    pop_ce: float
+    """population cross-entropy CE_pop (eq. 7)"""
+    search_ce: float
+    """empirical-search cross-entropy with m = k (eq. 9)"""
+    gap: float
+    """CE_pop − R"""
+    gap_se: float
+    """its standard error over groups"""
+    prop1_lo: float
+    """Proposition 1's lower bound on the gap"""
+    prop1_hi: float
+    """Proposition 1's upper bound on the gap"""
+    gap_dcl: float
+    """CE_pop − R̃, the DCL risk's gap (eq. 11)"""
+    gap_dcl_se: float
+    """its standard error"""
+    search_gap: float
+    """CE_search − R"""
+    search_gap_se: float
+    """its standard error"""
+    prop2: float
+    """Proposition 2's bound on |CE_search − R|"""
 
 
-def plot_k_gap(
-    curves: dict[str, dict[str, Any]],
-    path: str | Path,
-    *,
-    temperature: float,
-    ratio_second_moment: float,
-    title: str = "",
-) -> None:
-    """Draw the k-gap figure: |CE_pop − R|, |CE_search − R| and |CE_search − CE_pop| against k, with bounds.
-
-    Args:
-        curves: ``{encoder label: measure_k_gap(...) result}``.
-        path: PNG file to write (atomically).
-        temperature: τ (for the bounds).
-        ratio_second_moment: E[(dM/dπ)²] (for Prop. 2 / eq. 12).
-        title: figure title.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6))
-    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple"]
-    ks_all = sorted({k for c in curves.values() for k in c["ks"]})
-    kb = np.array(ks_all, dtype=float)
-    panels = [
-        ("pop_minus_risk", "pop_minus_risk_dcl", "|population CE − R(φ; k, τ)|"),
-        ("search_minus_risk", "search_minus_risk_dcl", "|search CE (m = k) − R(φ; k, τ)|"),
-        ("search_minus_pop", None, "|search CE (m) − population CE|"),
-    ]
-    for ax, (name, dcl_name, label) in zip(axes, panels, strict=True):
-        for c, (enc, cur) in zip(colors, curves.items(), strict=False):
-            k = np.array(cur["ks"], dtype=float)
-            m, s = np.abs(np.array(cur[name]["mean"])), np.array(cur[name]["se"])
-            ax.errorbar(k, np.maximum(m, 1e-7), yerr=s, fmt="o-", color=c, ms=3.5, lw=1.2, capsize=2, label=enc)
-            if dcl_name is not None:
-                md = np.abs(np.array(cur[dcl_name]["mean"]))
-                ax.plot(k, np.maximum(md, 1e-7), "x:", color=c, ms=4, lw=0.9, label=f"{enc} (DCL)")
-        if name == "pop_minus_risk":
-            env = [max(-prop1_bounds(k, temperature)[0], prop1_bounds(k, temperature)[1]) for k in ks_all]
-            ax.plot(kb, env, "k--", lw=1.3, label="Prop. 1 bound")
-            ax.plot(
-                kb, [prop1_bounds(k, temperature)[1] for k in ks_all], "k:", lw=1.0, label="(e^{2/τ}−1)²/(8k) (eq. 11)"
-            )
-        elif name == "search_minus_risk":
-            ax.plot(
-                kb, [prop2_bound(k, temperature, ratio_second_moment) for k in ks_all], "k--", lw=1.3, label="Prop. 2"
-            )
-            ax.plot(
-                kb,
-                [dcl_search_bound(k, temperature, ratio_second_moment) for k in ks_all],
-                "k:",
-                lw=1.0,
-                label="eq. 12 (DCL)",
-            )
-        ax.plot(kb, kb[0] / kb * 0.5, color="0.7", lw=0.8, label="∝ 1/k")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("k (negatives) = m (corpus size)")
-        ax.set_title(label, fontsize=10)
-        ax.grid(True, which="both", alpha=0.25)
-    axes[0].set_ylabel("gap (nats); error bars = 1 s.e.")
-    axes[0].legend(fontsize=6.5, loc="lower left")
-    axes[1].legend(fontsize=6.5, loc="lower left")
-    axes[2].legend(fontsize=6.5, loc="lower left")
-    if title:
-        fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
+#: Column headers of the table of :class:`GapRow` records, in field order.
+GAP_COLUMNS = [
+    "encoder",
+    "k",
+    "R",
+    "CE_pop",
+    "CE_search(m=k)",
+    "CE_pop − R",
+    "s.e.",
+    "Prop1 lower",
+    "Prop1 upper",
+    "CE_pop − R̃ (DCL)",
+    "s.e. (DCL)",
+    "CE_search − R",
+    "s.e. (search)",
+    "Prop2 bound",
+]
 
 
-def k_gap_figure(
-    encoder: Encoder,
-    world: SphereWorld,
-    path: str | Path,
-    *,
-    temperature: float,
-    ks: Sequence[int] = DEFAULT_KS,
-    n_groups: int = 96,
-    m_ref: int = 4096,
-    label: str = "encoder",
-    with_ground_truth: bool = True,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Measure and plot the k-gap curves of one (trained) encoder, next to φ* for reference.
+class SlopeRow(NamedTuple):
+    """A fitted log-log slope of one gap against k (:func:`fit_slope`)."""
 
-    This is the hook for the demo: pass the demo's trained encoder and its world.
+    encoder: str
+    quantity: str
+    slope: float | None
+    slope_se: float | None
+    n_points: int
+    k_range: str
 
-    Args:
-        encoder: callable ``(N, d_in) -> (N, D)`` (put ``nn.Module`` encoders in eval mode).
-        world: the SphereWorld the encoder was trained on.
-        path: PNG file to write.
-        temperature: τ used in training.
-        ks: the ks to measure.
-        n_groups: groups of the paired estimator (96 takes seconds on a CPU).
-        m_ref: reference sample per group.
-        label: legend label of the encoder.
-        with_ground_truth: also draw φ* = g⁻¹ (needs the world's inverse).
-        seed: seed of the draws.
 
-    Returns:
-        ``{label: measure_k_gap(...) result, ...}``.
-    """
-    curves = {
-        label: measure_k_gap(encoder, world, temperature=temperature, ks=ks, n_groups=n_groups, m_ref=m_ref, seed=seed)
-    }
-    if with_ground_truth:
-        curves["φ* = g⁻¹"] = measure_k_gap(
-            world.ground_truth_encoder(),
-            world,
-            temperature=temperature,
-            ks=ks,
-            n_groups=n_groups,
-            m_ref=m_ref,
-            seed=seed,
-        )
-    plot_k_gap(
-        curves,
-        path,
-        temperature=temperature,
-        ratio_second_moment=world.ratio_second_moment(),
-        title=f"k-gap (d = {world.d}, κ = {world.kappa:.3g}, τ = {temperature:g})",
-    )
-    return curves
+#: Column headers of the table of :class:`SlopeRow` records, in field order.
+SLOPE_COLUMNS = ["encoder", "quantity", "slope", "s.e.", "points", "k range"]
 
 
 def train_encoder(
@@ -311,7 +197,7 @@ def run(config: Config, out_dir: Path) -> dict:
     world = SphereWorld.from_mixing(config.mixing, d=config.d, kappa=kappa, seed=config.seed)
 
     # ---- the three encoders ----
-    torch.manual_seed(config.seed + 1)
+    torch.manual_seed(seed_stream(config.seed, "random_encoder"))
     random_enc = MLP(world.input_dim, list(config.hidden), config.embed_dim).eval()
     trained = train_encoder(
         world,
@@ -355,48 +241,32 @@ def run(config: Config, out_dir: Path) -> dict:
 
     # ---- tables, metrics, summary ----
     truth = ground_truth_population_ce(config.d, kappa, tau)
-    rows = []
+    rows: list[GapRow] = []
     for name, cur in curves.items():
         for i, k in enumerate(cur["ks"]):
             lo, hi = prop1_bounds(k, tau)
             rows.append(
-                [
-                    name,
-                    k,
-                    cur["risk"]["mean"][i],
-                    cur["pop_ce"]["mean"][i],
-                    cur["search_ce"]["mean"][i],
-                    cur["pop_minus_risk"]["mean"][i],
-                    cur["pop_minus_risk"]["se"][i],
-                    lo,
-                    hi,
-                    cur["pop_minus_risk_dcl"]["mean"][i],
-                    cur["pop_minus_risk_dcl"]["se"][i],
-                    cur["search_minus_risk"]["mean"][i],
-                    cur["search_minus_risk"]["se"][i],
-                    prop2_bound(k, tau, m2),
-                ]
+                GapRow(
+                    encoder=name,
+                    k=k,
+                    risk=cur["risk"]["mean"][i],
+                    pop_ce=cur["pop_ce"]["mean"][i],
+                    search_ce=cur["search_ce"]["mean"][i],
+                    gap=cur["pop_minus_risk"]["mean"][i],
+                    gap_se=cur["pop_minus_risk"]["se"][i],
+                    prop1_lo=lo,
+                    prop1_hi=hi,
+                    gap_dcl=cur["pop_minus_risk_dcl"]["mean"][i],
+                    gap_dcl_se=cur["pop_minus_risk_dcl"]["se"][i],
+                    search_gap=cur["search_minus_risk"]["mean"][i],
+                    search_gap_se=cur["search_minus_risk"]["se"][i],
+                    prop2=prop2_bound(k, tau, m2),
+                )
             )
-    columns = [
-        "encoder",
-        "k",
-        "R",
-        "CE_pop",
-        "CE_search(m=k)",
-        "CE_pop − R",
-        "s.e.",
-        "Prop1 lower",
-        "Prop1 upper",
-        "CE_pop − R̃ (DCL)",
-        "s.e. (DCL)",
-        "CE_search − R",
-        "s.e. (search)",
-        "Prop2 bound",
-    ]
     violations = 0
     for r in rows:
-        violations += int(not (r[7] - 4 * r[6] <= r[5] <= r[8] + 4 * r[6]))
-        violations += int(abs(r[11]) > r[13] + 4 * r[12])
+        violations += int(not (r.prop1_lo - 4 * r.gap_se <= r.gap <= r.prop1_hi + 4 * r.gap_se))
+        violations += int(abs(r.search_gap) > r.prop2 + 4 * r.search_gap_se)
     metrics: dict[str, float] = {
         "ground_truth_ce_closed_form": truth,
         "ground_truth_ce_measured": curves["φ* = g⁻¹"]["pop_ce"]["mean"][0],
@@ -404,17 +274,17 @@ def run(config: Config, out_dir: Path) -> dict:
         "ratio_second_moment": m2,
         "bound_violations_4se": float(violations),
     }
-    slope_rows = []
+    slope_rows: list[SlopeRow] = []
     for name, cur in curves.items():
         short = name.split(" ")[0].replace("φ*", "phi_star")
         for q, s in cur["slopes"].items():
-            slope_rows.append([name, q, s["slope"], s["slope_se"], s["n_points"], str(s["k_range"])])
+            slope_rows.append(SlopeRow(name, q, s["slope"], s["slope_se"], s["n_points"], str(s["k_range"])))
             if s["slope"] is not None:
                 metrics[f"slope_{q}_{short}"] = s["slope"]
         metrics[f"pop_minus_risk_kmax_{short}"] = cur["pop_minus_risk"]["mean"][-1]
-    dcl_negative = sum(int(r[9] < -3 * r[10]) for r in rows)
-    info_negative = sum(int(r[5] < 0) for r in rows)
-    dcl_ratio = float(np.median([abs(r[9]) / abs(r[5]) for r in rows if r[5] != 0]))
+    dcl_negative = sum(int(r.gap_dcl < -3 * r.gap_dcl_se) for r in rows)
+    info_negative = sum(int(r.gap < 0) for r in rows)
+    dcl_ratio = float(np.median([abs(r.gap_dcl) / abs(r.gap) for r in rows if r.gap != 0]))
     metrics["dcl_points_below_minus_3se"] = float(dcl_negative)
     gt = curves["φ* = g⁻¹"]["slopes"]["pop_minus_risk"]
     tr = curves[f"trained MLP (k = {config.train_k})"]["slopes"]["pop_minus_risk"]
@@ -436,10 +306,10 @@ def run(config: Config, out_dir: Path) -> dict:
         "summary": summary,
         "metrics": metrics,
         "tables": [
-            {"title": "Risks, cross-entropies and gaps by k", "columns": columns, "rows": rows},
+            {"title": "Risks, cross-entropies and gaps by k", "columns": GAP_COLUMNS, "rows": rows},
             {
                 "title": "Fitted log-log slopes (k >= 8, |gap| > 3 s.e.)",
-                "columns": ["encoder", "quantity", "slope", "s.e.", "points", "k range"],
+                "columns": SLOPE_COLUMNS,
                 "rows": slope_rows,
             },
         ],

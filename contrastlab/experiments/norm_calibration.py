@@ -1,6 +1,6 @@
 """Experiment ``norm-calibration``: is the pre-normalisation norm a free confidence for retrieval?
 
-Claim under test (Su, Ren & Veitch, abstract; ``papers.md`` §3): the norm a cosine loss ignores can serve as
+Claim under test (Su, Ren & Veitch 2026, arXiv 2606.30625, abstract): the norm a cosine loss ignores can serve as
 a calibration signal for retrieval. For each encoder we embed a labelled query set and corpus, retrieve the
 top-1 neighbour by cosine, and ask how well each score predicts whether that neighbour has the query's
 label (``contrastlab.eval.calibration``): the norm, the max softmax probability (MSP) of the softmax
@@ -18,17 +18,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.data import TwoViewBatches, augmentation_regime, load_digits
 from contrastlab.eval.calibration import CalibrationReport, calibration_report, plot_reliability, top1_retrieval
-from contrastlab.io import atomic_path
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP, build_encoder
+from contrastlab.seeds import stream_generator, stream_rng
 from contrastlab.train import OptimConfig, TrainConfig, fit
 from contrastlab.worlds.concepts import ConceptBatch, ConceptWorld
 
@@ -99,7 +100,7 @@ def _concept_world(c: Config, out_dir: Path) -> tuple[Tensor, Tensor, Tensor, Te
     )
     source = world.batch_source(batch_size=128, seed=c.seed, views=True)
     res = fit(model, loss_fn, source, cfg, out_dir=out_dir / "train_concepts")
-    g = torch.Generator().manual_seed(c.seed + 1)
+    g = stream_generator(c.seed, "concept_views")
     items = torch.arange(world.n_items)
     q_items = items.repeat(c.concept_queries_per_item)
     c_items = items.repeat(c.concept_corpus_per_item)
@@ -130,7 +131,7 @@ def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, T
         optim=OptimConfig(name="adam", lr=c.lr),
     )
     res = fit(model, loss_fn, batches.batch_at, cfg, out_dir=out_dir / "train_digits")
-    g = torch.Generator().manual_seed(c.seed + 2)
+    g = stream_generator(c.seed, "corruption")
     x_te = test.float_images()
     strength = c.max_corruption * torch.rand(len(x_te), 1, 1, 1, generator=g)
     x_cor = (x_te + strength * torch.randn(x_te.shape, generator=g)).clamp(0, 1)
@@ -145,12 +146,7 @@ def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, T
 
 
 def _plot_norm_histograms(sets: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(sets), figsize=(3.8 * len(sets), 3.2), squeeze=False)
+    fig, axes = figures.subplots(1, len(sets), figsize=(3.8 * len(sets), 3.2), squeeze=False)
     for ax, (name, (q, ql, corpus, cl)) in zip(axes[0], sets.items(), strict=True):
         ok = top1_retrieval(q, ql, corpus, cl).numpy()
         norms = q.double().norm(dim=1).numpy()
@@ -161,9 +157,24 @@ def _plot_norm_histograms(sets: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]]
         ax.set_xlabel("‖φ(q)‖")
         ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
+
+
+class ScoreRow(NamedTuple):
+    """One confidence score on one query set: how well it predicts top-1 retrieval correctness."""
+
+    data: str
+    score: str
+    auroc: float
+    ece_raw: float | None
+    """ECE of the raw score (None when the score is not a probability)"""
+    ece_isotonic: float
+    top1_accuracy: float
+    n_test: int
+
+
+#: Column headers of the table of :class:`ScoreRow` records, in field order.
+SCORE_COLUMNS = ["data", "score", "AUROC", "ECE raw", "ECE isotonic", "top-1 acc", "n test"]
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -176,18 +187,24 @@ def run(config: Config, out_dir: Path) -> dict:
     digit_sets, _ = _digits(c, out_dir)
     sets.update(digit_sets)
 
-    rows: list[list[Any]] = []
+    rows: list[ScoreRow] = []
     metrics: dict[str, float] = {}
     figures: list[dict[str, str]] = []
     reports: dict[str, CalibrationReport] = {}
     for k, (name, (q, ql, corpus, cl)) in enumerate(sets.items()):
         rep = calibration_report(
-            q, ql, corpus, cl, temperature=c.temperature, n_bins=c.n_bins, rng=np.random.default_rng(c.seed + k)
+            q,
+            ql,
+            corpus,
+            cl,
+            temperature=c.temperature,
+            n_bins=c.n_bins,
+            rng=stream_rng(c.seed, "calibration_split", k),
         )
         reports[name] = rep
         slug = name.split(" (")[0].replace(" ", "_") + ("_corrupted" if "corrupted" in name else "")
         for s in rep.scores:
-            rows.append([name, s.name, s.auroc, s.ece_raw, s.ece_isotonic, rep.accuracy, rep.n_test])
+            rows.append(ScoreRow(name, s.name, s.auroc, s.ece_raw, s.ece_isotonic, rep.accuracy, rep.n_test))
             metrics[f"{slug}/{s.name}/auroc"] = s.auroc
             metrics[f"{slug}/{s.name}/ece_isotonic"] = s.ece_isotonic
             if s.ece_raw is not None:
@@ -219,7 +236,7 @@ def run(config: Config, out_dir: Path) -> dict:
         "tables": [
             {
                 "title": "Confidence for top-1 retrieval correctness (test half)",
-                "columns": ["data", "score", "AUROC", "ECE raw", "ECE isotonic", "top-1 acc", "n test"],
+                "columns": SCORE_COLUMNS,
                 "rows": rows,
             }
         ],

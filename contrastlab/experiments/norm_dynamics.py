@@ -1,6 +1,7 @@
 """Experiment ``norm-dynamics``: how optimisation writes frequency and specificity into embedding norms.
 
-Claim under test (Su, Ren & Veitch; mechanism in ``papers.md`` §3.1): with a scale-invariant (cosine)
+Claim under test (Su, Ren & Veitch 2026, arXiv 2606.30625; Draganov et al. 2025, arXiv 2502.09252,
+Cor. 3.3): with a scale-invariant (cosine)
 loss the gradient of each embedding is orthogonal to it, so every plain SGD step grows the squared norm by
 exactly ``η²‖G‖²/‖z‖²`` (recursion R1, times ``(1 − ηλ)²`` with weight decay). Norms then record the
 accumulated squared-gradient "heat", i.e. how often and how hard an item was pushed, which should make
@@ -22,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.eval.norms import (
     ItemHeatMeter,
     ScaleInvariantProbe,
@@ -31,7 +33,6 @@ from contrastlab.eval.norms import (
     predicted_sq_norm,
     spearman,
 )
-from contrastlab.io import atomic_path
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP
 from contrastlab.train import OptimConfig, TrainConfig, fit
@@ -212,18 +213,14 @@ def _recursion_stats(r: dict[str, Any]) -> dict[str, float]:
 
 
 def _plot_covariates(runs: list[dict[str, Any]], world: ConceptWorld, kind: str, path: Path) -> None:
-    import matplotlib
     import matplotlib.ticker
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     covs = (
         ("log frequency", np.log(world.frequency)),
         ("depth (specificity)", world.depth_of.astype(float)),
         ("ambiguity", world.ambiguity),
     )
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    fig, axes = figures.subplots(1, 3, figsize=(12, 3.6))
     rng = np.random.default_rng(0)
     for j, r in enumerate([r for r in runs if r["kind"] == kind]):
         rel = r["final"] / np.median(r["final"])
@@ -239,19 +236,12 @@ def _plot_covariates(runs: list[dict[str, Any]], world: ConceptWorld, kind: str,
     axes[0].legend(fontsize=8, loc="upper left")
     fig.suptitle(f"{'free embedding table' if kind == 'free' else 'MLP encoder'}: norm vs item properties")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def _plot_recursion(runs: list[dict[str, Any]], world: ConceptWorld, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     free = [r for r in runs if r["kind"] == "free"]
-    fig, axes = plt.subplots(1, 1 + len(free), figsize=(3.4 * (1 + len(free)), 3.4))
+    fig, axes = figures.subplots(1, 1 + len(free), figsize=(3.4 * (1 + len(free)), 3.4))
     sgd = next(r for r in free if r["opt"] == "sgd_wd")
     tr = sgd["trace"]
     pred = predicted_sq_norm(tr.sq_norm[0], tr.sphere_grad_sq, lr=sgd["lr"], weight_decay=sgd["wd"])
@@ -277,9 +267,7 @@ def _plot_recursion(runs: list[dict[str, Any]], world: ConceptWorld, path: Path)
         ax.set_xlabel("recursion prediction ‖z_T‖")
     axes[1].set_ylabel("measured ‖z_T‖")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def run(config: Config, out_dir: Path) -> dict:

@@ -1,6 +1,6 @@
 """Experiment ``norms-vs-uncertainty``: does the embedding norm of a contrastive image encoder track label uncertainty?
 
-Claim under test (Su, Ren & Veitch, abstract; ``papers.md`` §3 and §3.2 "Real data"): the norms that a
+Claim under test (Su, Ren & Veitch 2026, arXiv 2606.30625, abstract): the norms that a
 scale-invariant (cosine) loss discards correlate with human uncertainty, and can serve as a free
 calibration signal for retrieval; Draganov et al. (ICML 2025) report smaller norms for unexpected samples.
 
@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.data import (
     ImageDataset,
     TwoViewBatches,
@@ -52,9 +53,9 @@ from contrastlab.eval.calibration import (
 )
 from contrastlab.eval.norms import spearman, spearman_bootstrap
 from contrastlab.eval.probe import extract_features
-from contrastlab.io import atomic_path
 from contrastlab.losses import nt_xent
 from contrastlab.models import ContrastiveModel, ProjectionHead, build_encoder
+from contrastlab.seeds import stream_generator, stream_rng
 from contrastlab.train import OptimConfig, TrainConfig, fit, resolve_device
 
 __all__ = ["Config", "QUICK", "EvalSet", "partial_spearman", "run"]
@@ -143,7 +144,7 @@ def _load(c: Config) -> tuple[ImageDataset, EvalSet, str]:
         ev = EvalSet(test.images, test.labels, human.probs, f"CIFAR-10H human labels ({human.source})")
     elif name == "digits":
         train = load_digits("train")
-        blends = blend_images(load_digits("test"), c.n_blends, generator=torch.Generator().manual_seed(c.seed + 7))
+        blends = blend_images(load_digits("test"), c.n_blends, generator=stream_generator(c.seed, "blends"))
         ev = EvalSet(blends.images, blends.label_a, blends.probs, "test digits blended across classes, w ~ U(0.5, 1)")
     else:
         raise ValueError(f"dataset must be 'auto', 'digits' or 'cifar10', got {c.dataset!r}")
@@ -189,12 +190,7 @@ def partial_spearman(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
 
 
 def _plot(norms: np.ndarray, entropy: np.ndarray, ambiguous: np.ndarray, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.4))
+    fig, (a1, a2) = figures.subplots(1, 2, figsize=(8.4, 3.4))
     a1.scatter(entropy, norms, s=3, alpha=0.3, color="C0")
     edges = np.unique(np.quantile(entropy, np.linspace(0, 1, 11)))
     if len(edges) > 2:
@@ -213,9 +209,7 @@ def _plot(norms: np.ndarray, entropy: np.ndarray, ambiguous: np.ndarray, title: 
     a2.legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -253,7 +247,7 @@ def run(config: Config, out_dir: Path) -> dict:
     au_msp = auroc(1 - msp, ambiguous) if both else float("nan")
 
     rep = calibration_report(
-        q, ev.labels, corpus, corpus_ds.labels, temperature=c.temperature, rng=np.random.default_rng(c.seed + 1)
+        q, ev.labels, corpus, corpus_ds.labels, temperature=c.temperature, rng=stream_rng(c.seed, "calibration_split")
     )
     plot_reliability(rep, out / "reliability.png", title=f"{data_name}: top-1 retrieval of the evaluation images")
     _plot(norms, entropy, ambiguous, f"{data_name}: {ev.description}", out / "norm_vs_entropy.png")

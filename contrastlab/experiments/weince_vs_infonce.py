@@ -1,6 +1,6 @@
 """Experiment ``weince-vs-infonce``: does the extreme-value correction beat plain InfoNCE (NT-Xent)?
 
-Claim under test (Erol et al., "When Softmax Fails at the Top", ICML 2026; ``papers.md`` §2): SimCLR
+Claim under test (Erol et al., "When Softmax Fails at the Top", ICML 2026, arXiv 2606.00262): SimCLR
 pre-training with WEINCE, whose logits blend s/τ with the Weibit logit −β log(1 − s) on anchors whose
 hardest negatives sit near the cosine cap, gives better frozen features than NT-Xent (CIFAR-100/R18
 linear accuracy 53.28 ± 0.28 vs 50.01 ± 0.19 in the paper).
@@ -35,11 +35,12 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from contrastlab import figures
 from contrastlab.data import (
     DATASETS,
     Augmentation,
@@ -62,7 +63,6 @@ from contrastlab.eval.probe import (
     raw_pixel_features,
 )
 from contrastlab.eval.tails import TailReport, plot_tail_diagnostics, tail_diagnostics
-from contrastlab.io import atomic_path
 from contrastlab.losses import WEINCELoss, nt_xent
 from contrastlab.models import ContrastiveModel, ProjectionHead, build_encoder
 from contrastlab.train import OptimConfig, TrainConfig, fit
@@ -239,12 +239,7 @@ def _fmt(values: list[float]) -> str:
 
 
 def _plot_training(histories: dict[str, list[dict[str, Any]]], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
+    fig, axes = figures.subplots(1, 2, figsize=(10, 3.4))
     for name, hist in histories.items():
         steps = [r["step"] for r in hist]
         axes[0].plot(steps, [r["loss"] for r in hist], label=name)
@@ -256,9 +251,7 @@ def _plot_training(histories: dict[str, list[dict[str, Any]]], path: Path, title
     for ax in axes:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 def _datasets(c: Config) -> list[str]:
@@ -269,6 +262,30 @@ def _datasets(c: Config) -> list[str]:
             n for n in DATASETS if n not in names and dataset_available(n, root) and dataset_available(n, root, "test")
         ]
     return names
+
+
+class TailRow(NamedTuple):
+    """The EVT diagnostics of one trained encoder's negative cosines (peaks over threshold, per anchor)."""
+
+    encoder: str
+    xi: float
+    """GPD shape ξ̂ of the exceedances"""
+    endpoint: float
+    """the fitted upper endpoint u − σ/ξ (finite when ξ̂ < 0)"""
+    threshold: float
+    """the threshold u"""
+    n_exceed: int
+    delta_aic: float
+    """AIC of the exponential minus AIC of the GPD"""
+    pct_anchors_weibull: float
+    """% of anchors whose own ΔAIC favours a bounded (Weibull) tail"""
+    xi_isotropic: float
+    """ξ̂ of isotropic vectors of the same dimension (the reference)"""
+
+
+#: Column headers of the table of :class:`TailRow` records, in field order.
+TAIL_COLUMNS = ["encoder", "GPD ξ̂", "endpoint u − σ/ξ", "threshold u", "exceedances", "ΔAIC GPD vs exp",
+                "% anchors ΔAIC>0", "isotropic ξ"]  # fmt: skip
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -352,17 +369,16 @@ def run(config: Config, out_dir: Path) -> dict:
             "columns": columns,
             "rows": rows + diff_rows,
         })  # fmt: skip
-        tail_rows = []
+        tail_rows: list[TailRow] = []
         for name, rep in tails.items():
             p = rep.pot
-            tail_rows.append([name, round(p.xi, 4), round(p.endpoint, 4), round(p.threshold, 4), p.n_exceed,
-                              round(p.delta_aic, 1), round(100 * rep.frac_weibull, 1), round(rep.xi_isotropic, 4)])  # fmt: skip
+            tail_rows.append(TailRow(name, round(p.xi, 4), round(p.endpoint, 4), round(p.threshold, 4), p.n_exceed,
+                                     round(p.delta_aic, 1), round(100 * rep.frac_weibull, 1), round(rep.xi_isotropic, 4)))  # fmt: skip
             metrics[f"{data}/{name}/pot_xi"] = p.xi
             metrics[f"{data}/{name}/frac_anchor_weibull"] = rep.frac_weibull
         tables.append({
             "title": f"{data}: tail of the negative cosines of the trained projections (test images, seed {c.seeds[0]})",
-            "columns": ["encoder", "GPD ξ̂", "endpoint u − σ/ξ", "threshold u", "exceedances", "ΔAIC GPD vs exp",
-                        "% anchors ΔAIC>0", "isotropic ξ"],
+            "columns": TAIL_COLUMNS,
             "rows": tail_rows,
         })  # fmt: skip
         fname = f"weince_tails_{data}.png"

@@ -1,26 +1,31 @@
-"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, alignment/uniformity, learnable temperature."""
+"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, WEINCE, support-corrected InfoNCE, and ``LOSSES``."""
 
 from contrastlab.losses.alignment_uniformity import alignment, uniformity
 from contrastlab.losses.info_nce import InfoNCELoss, info_nce
 from contrastlab.losses.nt_xent import NTXentLoss, nt_xent
+from contrastlab.losses.registry import LOSSES
+from contrastlab.losses.siglip import SigLIPLoss, siglip
 from contrastlab.losses.supcon import SupConLoss, supcon
+from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce
 from contrastlab.losses.temperature import LearnableTemperature
-from contrastlab.losses.weince import WEINCELoss, weince
+from contrastlab.losses.weince import WEINCELoss, WEINCEOptions, weince
 
 __all__ = [
+    "LOSSES",
     "InfoNCELoss",
     "LearnableTemperature",
     "NTXentLoss",
+    "SigLIPLoss",
     "SupConLoss",
     "WEINCELoss",
+    "WEINCEOptions",
+    "SupportCorrectedInfoNCELoss",
     "alignment",
     "info_nce",
     "nt_xent",
+    "siglip",
     "supcon",
     "uniformity",
     "weince",
+    "support_corrected_info_nce",
 ]
-
-from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce  # noqa: E402
-
-__all__ += ["SupportCorrectedInfoNCELoss", "support_corrected_info_nce"]

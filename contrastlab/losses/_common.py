@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 
-from contrastlab._checks import check_choice, check_positive_float
+from contrastlab import distributed as cd
+from contrastlab._checks import check_positive_float
 
 __all__ = [
-    "distributed_world_size",
+    "gather_rows",
     "l2_normalize",
     "TemperatureLike",
     "resolve_inverse_temperature",
-    "reduce",
     "REDUCTIONS",
     "check_finite_loss",
+    "device_of",
 ]
 
 REDUCTIONS = ("mean", "sum", "none")
@@ -24,9 +24,13 @@ REDUCTIONS = ("mean", "sum", "none")
 TemperatureLike = float | Tensor | nn.Module
 
 
-def distributed_world_size() -> int:
-    """Number of torch.distributed ranks (1 without a process group); decides whether ``gather`` acts."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+def gather_rows(x: Tensor, gather: bool) -> tuple[Tensor, int]:
+    """``(every rank's rows in rank order, index of this rank's first row)`` with ``gather``, else ``(x, 0)``.
+
+    The gather is :func:`contrastlab.distributed.gather_with_grad` (exact gradients); in one process it
+    returns ``(x, 0)`` too, so a loss has one code path: local rows against the gathered candidates.
+    """
+    return cd.gather_with_grad(x) if gather else (x, 0)
 
 
 def l2_normalize(x: Tensor) -> Tensor:
@@ -71,21 +75,25 @@ def resolve_inverse_temperature(
     return inv_f
 
 
-def reduce(per_sample: Tensor, reduction: str) -> Tensor:
-    """Apply ``reduction`` ("mean", "sum" or "none") to per-sample losses of shape ``(N,)``."""
-    check_choice("reduction", reduction, REDUCTIONS)
-    if reduction == "mean":
-        return per_sample.mean()
-    if reduction == "sum":
-        return per_sample.sum()
-    return per_sample
+def check_finite_loss(loss: Tensor, hint: str, *, gather: bool = False) -> Tensor:
+    """Raise ``ValueError`` instead of returning a non-finite loss (never a silent NaN).
 
+    With ``gather`` every rank learns whether any rank's loss is non-finite and all raise together
+    (:func:`contrastlab.distributed.agree`), so none waits in the backward's all-reduce alone.
+    """
 
-def check_finite_loss(loss: Tensor, hint: str) -> Tensor:
-    """Raise ``ValueError`` instead of returning a non-finite loss (never a silent NaN)."""
-    if not bool(torch.isfinite(loss.detach()).all()):
-        raise ValueError(
-            f"{hint}: the loss is not finite; the similarities overflowed (use normalize=True, "
-            "a larger temperature or smaller inputs)"
-        )
+    def check() -> int:
+        if not bool(torch.isfinite(loss.detach()).all()):
+            raise ValueError(
+                f"{hint}: the loss is not finite; the similarities overflowed (use normalize=True, "
+                "a larger temperature or smaller inputs)"
+            )
+        return 0
+
+    cd.agree(check, gather=gather, device=loss.device)
     return loss
+
+
+def device_of(x: object) -> torch.device | None:
+    """The device of ``x`` if it is a tensor (where a collective check's tensors must live), else None."""
+    return x.device if isinstance(x, Tensor) else None

@@ -22,9 +22,12 @@ Negatives:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab._checks import (
     check_bool,
     check_choice,
@@ -38,17 +41,18 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    reduce,
+    device_of,
+    gather_rows,
     resolve_inverse_temperature,
 )
-from contrastlab.losses._common import distributed_world_size as _distributed_world_size
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
 
 VARIANTS = ("infonce", "dcl")
 
 
-def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> None:
+def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> int:
+    """This rank's input checks; returns its number of anchors N."""
     check_embeddings("anchor", anchor, ndim=2)
     check_embeddings("positive", positive, ndim=2)
     if positive.shape != anchor.shape:
@@ -58,10 +62,7 @@ def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, varian
     check_choice("variant", variant, VARIANTS)
     check_bool("symmetric", symmetric)
     n, d = anchor.shape
-    if negatives is None:
-        if variant == "dcl" and n < 2:
-            raise ValueError("anchor: variant='dcl' with in-batch negatives needs N >= 2 (N = 1 has no negatives)")
-    else:
+    if negatives is not None:
         if not isinstance(negatives, Tensor):
             raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
         if negatives.ndim not in (2, 3):
@@ -74,6 +75,7 @@ def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, varian
         if symmetric:
             raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
     check_same_device(anchor=anchor, positive=positive, negatives=negatives)
+    return n
 
 
 def info_nce(
@@ -109,8 +111,12 @@ def info_nce(
             tiled kernel. An int forces the tiled kernel with that tile side (memory
             O((N + K)·D + chunk_size²), any value ≥ 1). All paths give the same numbers.
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
-            rank (:func:`contrastlab.distributed.info_nce_gathered`: the result is this rank's share
-            of the global loss, with exact gradients); a no-op in one process.
+            rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
+            negatives stay local). The result is this rank's share of the global loss
+            (:func:`contrastlab.distributed.share`: the mean over ranks of the shares is the
+            single-process loss of the global batch; ``"none"`` gives this rank's rows' losses), and
+            every check about the batch (DCL's N ≥ 2) is about the global batch. An invalid input on
+            any rank raises the same error on every rank. In one process the gather does nothing.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -128,74 +134,96 @@ def info_nce(
         >>> info_nce(a, p, torch.randn(8, 5, 16), variant="dcl", reduction="none").shape
         torch.Size([8])
     """
-    if gather and _distributed_world_size() > 1:
-        from contrastlab.distributed import info_nce_gathered
+    check_bool("gather", gather)
+    checked: dict[str, Any] = {}
 
-        return info_nce_gathered(
-            anchor,
-            positive,
-            negatives,
-            temperature=temperature,
-            variant=variant,
-            symmetric=symmetric,
-            normalize=normalize,
-            reduction=reduction,
-            chunk_size=chunk_size,
-        )
-    _validate(anchor, positive, negatives, variant, symmetric)
-    check_choice("reduction", reduction, REDUCTIONS)
-    check_bool("normalize", normalize)
-    chunk_size = tiled.check_chunk_size(chunk_size)
-    dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
-    inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
+    def check() -> int:
+        n_local = _validate(anchor, positive, negatives, variant, symmetric)
+        check_choice("reduction", reduction, REDUCTIONS)
+        check_bool("normalize", normalize)
+        checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
+        checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
+        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
+        return n_local
+
+    n_global = sum(cd.agree(check, gather=gather, device=device_of(anchor)))
+    if negatives is None and variant == "dcl" and n_global < 2:
+        raise ValueError("anchor: variant='dcl' with in-batch negatives needs N >= 2 (N = 1 has no negatives)")
+    dtype, inv_t, chunk = checked["dtype"], checked["inv_t"], checked["chunk_size"]
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
     # q = a/(‖a‖τ): normalisation and the 1/τ scaling in one (N, D) pass; 1/τ stays in the autograd
-    # graph here (O(N·D)), so a learnable temperature gets its gradient on both paths.
+    # graph here (O(N·D)), so a learnable temperature gets its gradient on every path.
     a = anchor.to(dtype)
     q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
     k = positive.to(dtype)
     if normalize:
         k = tiled.normalize_scale(k)
-    pos = (q * k).sum(dim=1)  # (N,) positive logits (in-batch: the diagonal of the logit matrix)
+    pos = (q * k).sum(dim=1)  # (n,) positive logits (in-batch: entry (i, offset + i) of the logit matrix)
     n = q.shape[0]
 
     if negatives is None:
-        exclude = variant == "dcl"
-        keep = symmetric or tiled.keeps_logits(reduction, q, k)  # the symmetric dense form holds all logits
-        block = tiled.plan_chunk_size(n, n, itemsize, chunk_size, budget, keeps_logits=keep)
+        exclude = variant == "dcl"  # DCL leaves anchor i's own positive (column offset + i) out
+        k_all, offset = gather_rows(k, gather)  # (N, D): every rank's positives; (k, 0) in one process
         if not symmetric:
+            keep = tiled.keeps_logits(reduction, q, k)
+            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
             if block is None:
-                lse = tiled.dense_row_lse(q, k, exclude_diagonal=exclude, diagonal=pos, grad_ahead=not keep)
+                lse = tiled.dense_row_lse(
+                    q, k_all, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
+                )
             else:
-                lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
+                lse = tiled.tiled_lse(q, k_all, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset)
             loss = lse - pos
-        elif block is None:
-            logits = q @ k.T  # (N, N): row i = anchor i against every positive; diagonal = positives
-            eye = torch.eye(n, dtype=torch.bool, device=logits.device)
-            # The diagonal gets the (bit-identical) positive logits, or -inf for DCL, so that the
-            # loss LSE - pos is computed from one set of numbers (exactly >= 0 for InfoNCE).
-            logits = torch.where(eye, float("-inf") if exclude else pos.unsqueeze(1), logits)
-            # Column j = positive j as the anchor against every a_i (the transposed direction).
-            loss = 0.5 * (torch.logsumexp(logits, dim=1) + torch.logsumexp(logits, dim=0)) - pos
-        else:
-            row_lse, col_lse = tiled.tiled_lse_rows_cols(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
-            loss = 0.5 * (row_lse + col_lse) - pos
+        elif k_all.shape[0] == n:  # every row is local: both directions are the rows and columns of one matrix
+            block = tiled.plan_chunk_size(n, n, itemsize, chunk, budget)
+            if block is None:
+                logits = q @ k.T  # (N, N): row i = anchor i against every positive; diagonal = positives
+                eye = torch.eye(n, dtype=torch.bool, device=logits.device)
+                # The diagonal gets the (bit-identical) positive logits, or -inf for DCL, so that the
+                # loss LSE - pos is computed from one set of numbers (exactly >= 0 for InfoNCE).
+                logits = torch.where(eye, float("-inf") if exclude else pos.unsqueeze(1), logits)
+                # Column j = positive j as the anchor against every a_i (the transposed direction).
+                loss = 0.5 * (torch.logsumexp(logits, dim=1) + torch.logsumexp(logits, dim=0)) - pos
+            else:
+                row_lse, col_lse = tiled.tiled_lse_rows_cols(q, k, block=block, exclude_diagonal=exclude, diagonal=pos)
+                loss = 0.5 * (row_lse + col_lse) - pos
+        else:  # gathered: local anchors against every positive, local positives against every anchor
+            a_all, _ = gather_rows(tiled.normalize_scale(a) if normalize else a, gather)  # (N, D)
+            kt = k * inv_t  # the positives as anchors, scaled by 1/τ
+            keep = tiled.keeps_logits(reduction, q, k)
+            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
+            both: list[Tensor] = []
+            for rows, cands in ((q, k_all), (kt, a_all)):
+                if block is None:
+                    both.append(
+                        tiled.dense_row_lse(
+                            rows, cands, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
+                        )
+                    )
+                else:
+                    both.append(
+                        tiled.tiled_lse(
+                            rows, cands, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset
+                        )
+                    )
+            loss = 0.5 * (both[0] + both[1]) - pos
     else:
         negs = negatives.to(dtype)
         if normalize:
             negs = tiled.normalize_scale(negs)
         if negs.ndim == 2:
+            negs, _ = gather_rows(negs, gather)  # every rank's shared negatives: one set of Σ_r M_r rows
             # InfoNCE's logaddexp with the positive weights the rows' LSE unequally ("none"); DCL does not.
             keep = tiled.keeps_logits("none" if variant == "infonce" else reduction, q, negs)
-            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk_size, budget, keeps_logits=keep)
+            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk, budget, keeps_logits=keep)
             if block is None:
                 neg_lse = tiled.dense_row_lse(q, negs, grad_ahead=not keep)  # (N,) over the (N, M) logits
             else:
                 neg_lse = tiled.tiled_lse(q, negs, block=block)
         else:
-            block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk_size, budget)
+            block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk, budget)
             if block is None:
                 neg = torch.bmm(negs, q.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
                 neg_lse = torch.logsumexp(neg, dim=1)
@@ -203,8 +231,8 @@ def info_nce(
                 neg_lse = tiled.tiled_per_anchor_lse(q, negs, block=block)
         loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
 
-    out = reduce(loss, reduction)
-    return check_finite_loss(out, "anchor/positive/negatives")
+    out = cd.share(loss, reduction, n_global, gather=gather)
+    return check_finite_loss(out, "anchor/positive/negatives", gather=gather)
 
 
 class InfoNCELoss(nn.Module):

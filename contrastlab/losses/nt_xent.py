@@ -13,9 +13,12 @@ concatenated views with labels ``[0..N−1, 0..N−1]``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab._checks import (
     check_bool,
     check_choice,
@@ -29,33 +32,13 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    distributed_world_size,
+    device_of,
+    gather_rows,
     l2_normalize,
-    reduce,
     resolve_inverse_temperature,
 )
 
-__all__ = ["nt_xent", "NTXentLoss", "nt_xent_logits"]
-
-
-def nt_xent_logits(z_a: Tensor, z_b: Tensor, inv_t: Tensor | float, *, normalize: bool = True) -> tuple[Tensor, Tensor]:
-    """The (2N, 2N) scaled similarity matrix with −inf on the diagonal, and each row's positive index.
-
-    Row i < N is view a of sample i; row N + i is view b of sample i. Inputs are assumed validated
-    and in the compute dtype.
-
-    Returns:
-        ``(logits, pos_index)`` of shapes ``(2N, 2N)`` and ``(2N,)``.
-    """
-    n = z_a.shape[0]
-    z = torch.cat([z_a, z_b], dim=0)  # (2N, D)
-    if normalize:
-        z = l2_normalize(z)
-    logits = (z * inv_t) @ z.T  # (2N, 2N)
-    eye = torch.eye(2 * n, dtype=torch.bool, device=z.device)
-    logits = logits.masked_fill(eye, float("-inf"))  # a view is never its own candidate
-    pos_index = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
-    return logits, pos_index
+__all__ = ["nt_xent", "NTXentLoss"]
 
 
 def nt_xent(
@@ -81,9 +64,11 @@ def nt_xent(
             streamed in blocks of rows for a mean or sum; the 2N × 2N logits kept for ``"none"`` while
             they fit :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; tiled beyond); an int
             forces the tiled kernel with that tile side.
-        gather: under torch.distributed, use every rank's views as candidates
-            (:func:`contrastlab.distributed.nt_xent_gathered`, this rank's share of the global loss);
-            a no-op in one process.
+        gather: under torch.distributed, every rank's views are candidates: the global arrangement is
+            ``[Z_a (N rows, rank order); Z_b (N rows)]``, local view-a row i sits at ``offset + i`` and
+            its partner at ``N + offset + i``. The result is this rank's share of the global loss
+            (``"none"``: this rank's ``(2n,)`` losses, view-a rows first); an invalid input on any rank
+            raises on every rank. In one process the gather does nothing.
 
     Returns:
         The loss (float32, or float64 for float64 inputs).
@@ -96,39 +81,48 @@ def nt_xent(
         >>> round(float(nt_xent(z, z, temperature=1e6)), 4)  # uniform logits: log(2N - 1)
         1.9459
     """
-    if gather and distributed_world_size() > 1:
-        from contrastlab.distributed import nt_xent_gathered
+    check_bool("gather", gather)
+    checked: dict[str, Any] = {}
 
-        return nt_xent_gathered(
-            z_a, z_b, temperature=temperature, normalize=normalize, reduction=reduction, chunk_size=chunk_size
-        )
-    check_embeddings("z_a", z_a, ndim=2)
-    check_embeddings("z_b", z_b, ndim=2)
-    if z_b.shape != z_a.shape:
-        raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
-    check_same_device(z_a=z_a, z_b=z_b)
-    check_choice("reduction", reduction, REDUCTIONS)
-    check_bool("normalize", normalize)
-    chunk_size = tiled.check_chunk_size(chunk_size)
-    dtype = compute_dtype(z_a, z_b)
-    inv_t = resolve_inverse_temperature(temperature, dtype, z_a.device)
-    n = z_a.shape[0]
-    k = torch.cat([z_a.to(dtype), z_b.to(dtype)], dim=0)  # (2N, D): views a, then views b
+    def check() -> int:
+        check_embeddings("z_a", z_a, ndim=2)
+        check_embeddings("z_b", z_b, ndim=2)
+        if z_b.shape != z_a.shape:
+            raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
+        check_same_device(z_a=z_a, z_b=z_b)
+        check_choice("reduction", reduction, REDUCTIONS)
+        check_bool("normalize", normalize)
+        checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
+        checked["dtype"] = dtype = compute_dtype(z_a, z_b)
+        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, z_a.device)
+        return z_a.shape[0]
+
+    n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
+    dtype, inv_t = checked["dtype"], checked["inv_t"]
+    za, zb = z_a.to(dtype), z_b.to(dtype)
     if normalize:
-        k = l2_normalize(k)
-    q = k * inv_t
-    pos = (q * k.roll(n, dims=0)).sum(dim=1)  # row i's partner view is row (i + N) mod 2N
+        za, zb = l2_normalize(za), l2_normalize(zb)
+    n = za.shape[0]
+    za_all, offset = gather_rows(za, gather)  # (N, D) every rank's views a; (za, 0) in one process
+    zb_all, _ = gather_rows(zb, gather)
+    cand = torch.cat([za_all, zb_all])  # (2N, D): views a, then views b
+    qa, qb = za * inv_t, zb * inv_t
+    pos = (qa * zb).sum(dim=1)  # (n,): the positive logit of both views of sample i
     itemsize = torch.finfo(dtype).bits // 8
-    keep = tiled.keeps_logits(reduction, q, k)
+    keep = tiled.keeps_logits(reduction, za, zb)
     block = tiled.plan_chunk_size(
-        2 * n, 2 * n, itemsize, chunk_size, tiled.DENSE_MEMORY_BUDGET_BYTES, keeps_logits=keep
+        2 * n, 2 * n_global, itemsize, checked["chunk_size"], tiled.DENSE_MEMORY_BUDGET_BYTES, keeps_logits=keep
     )
-    if block is None:
-        lse = tiled.dense_row_lse(q, k, exclude_diagonal=True, grad_ahead=not keep)  # never a view's own self
-    else:
-        lse = tiled.tiled_lse(q, k, block=block, exclude_diagonal=True)
-    loss = lse - pos
-    return check_finite_loss(reduce(loss, reduction), "z_a/z_b")
+    lse = []
+    # Each half of the local views against the 2N candidates; a view is never its own candidate: view
+    # a's self column is offset + i, view b's N + offset + i.
+    for rows, self_col in ((qa, offset), (qb, n_global + offset)):
+        if block is None:
+            lse.append(tiled.dense_row_lse(rows, cand, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep))
+        else:
+            lse.append(tiled.tiled_lse(rows, cand, block=block, exclude_diagonal=True, col_offset=self_col))
+    loss = torch.cat([lse[0] - pos, lse[1] - pos])
+    return check_finite_loss(cd.share(loss, reduction, 2 * n_global, gather=gather), "z_a/z_b", gather=gather)
 
 
 class NTXentLoss(nn.Module):

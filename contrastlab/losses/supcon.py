@@ -10,9 +10,12 @@ which every anchor is a singleton raises a ``ValueError`` (the loss is undefined
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab._checks import (
     check_bool,
     check_choice,
@@ -26,9 +29,9 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    distributed_world_size,
+    device_of,
+    gather_rows,
     l2_normalize,
-    reduce,
     resolve_inverse_temperature,
 )
 
@@ -54,45 +57,54 @@ def supcon(
         reduction: ``"mean"`` over anchors that have a positive, ``"sum"``, or ``"none"`` — then the
             result has shape ``(N,)`` and anchors without a positive hold 0 (see ``has_positive`` by
             comparing labels; they are excluded from ``"mean"``).
-        gather: under torch.distributed, use every rank's samples as candidates
-            (:func:`contrastlab.distributed.supcon_gathered`); a no-op in one process.
+        gather: under torch.distributed, every rank's samples (and labels) are candidates; the result
+            is this rank's share of the global loss, "mean" dividing by the global number of anchors
+            that have a positive, and the all-singleton check is about the global batch. An invalid
+            input on any rank raises on every rank. In one process the gather does nothing.
 
     Raises:
         ValueError: every anchor is a singleton, labels of the wrong length, invalid embeddings.
         TypeError: non-integer labels, non-floating embeddings.
     """
-    if gather and distributed_world_size() > 1:
-        from contrastlab.distributed import supcon_gathered
+    check_bool("gather", gather)
+    checked: dict[str, Any] = {}
 
-        return supcon_gathered(embeddings, labels, temperature=temperature, normalize=normalize, reduction=reduction)
-    check_embeddings("embeddings", embeddings, ndim=2)
-    labels = check_labels("labels", labels, embeddings.shape[0])
-    check_same_device(embeddings=embeddings, labels=labels)
-    check_choice("reduction", reduction, REDUCTIONS)
-    check_bool("normalize", normalize)
-    dtype = compute_dtype(embeddings)
-    inv_t = resolve_inverse_temperature(temperature, dtype, embeddings.device)
+    def check() -> int:
+        check_embeddings("embeddings", embeddings, ndim=2)
+        check_labels("labels", labels, embeddings.shape[0])
+        check_same_device(embeddings=embeddings, labels=labels)
+        check_choice("reduction", reduction, REDUCTIONS)
+        check_bool("normalize", normalize)
+        checked["dtype"] = dtype = compute_dtype(embeddings)
+        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, embeddings.device)
+        return embeddings.shape[0]
 
+    cd.agree(check, gather=gather, device=device_of(embeddings))
+    dtype, inv_t = checked["dtype"], checked["inv_t"]
     z = embeddings.to(dtype)
     if normalize:
         z = l2_normalize(z)
     n = z.shape[0]
-    logits = (z * inv_t) @ z.T  # (N, N)
-    self_mask = torch.eye(n, dtype=torch.bool, device=z.device)
+    z_all, offset = gather_rows(z, gather)  # (N, D): every rank's samples; (z, 0) in one process
+    y_all = cd.gather_no_grad(labels) if gather else labels
+    logits = (z * inv_t) @ z_all.T  # (n, N)
+    self_mask = torch.zeros(n, z_all.shape[0], dtype=torch.bool, device=z.device)
+    self_mask[torch.arange(n), offset + torch.arange(n)] = True  # sample i is never its own candidate
     log_prob = logits - torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1, keepdim=True)
-    pos_mask = (labels.unsqueeze(0) == labels.unsqueeze(1)) & ~self_mask  # (N, N)
-    n_pos = pos_mask.sum(dim=1)  # (N,)
+    pos_mask = (labels.unsqueeze(1) == y_all.unsqueeze(0)) & ~self_mask  # (n, N)
+    n_pos = pos_mask.sum(dim=1)  # (n,)
     has_pos = n_pos > 0
-    if not bool(has_pos.any()):
+    valid = int(cd.all_reduce_sum(has_pos.sum()) if gather else has_pos.sum())  # anchors with a positive
+    if valid == 0:
         raise ValueError("labels: every anchor is a singleton (no two samples share a label); SupCon is undefined")
     # where() rather than multiplication: the diagonal of log_prob is finite, but keep masked terms out.
     summed = torch.where(pos_mask, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
     per_anchor = -summed / n_pos.clamp_min(1).to(dtype)  # 0 for anchors without positives
-    if reduction == "mean":
-        out = per_anchor[has_pos].mean()
+    if reduction == "mean":  # over the anchors that have a positive, of every rank
+        out = cd.share(per_anchor[has_pos], "mean", valid, gather=gather)
     else:
-        out = reduce(per_anchor, reduction)
-    return check_finite_loss(out, "embeddings")
+        out = cd.share(per_anchor, reduction, n, gather=gather)
+    return check_finite_loss(out, "embeddings", gather=gather)
 
 
 class SupConLoss(nn.Module):

@@ -32,8 +32,9 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float
-from contrastlab.losses._common import REDUCTIONS, TemperatureLike
+from contrastlab.losses._common import REDUCTIONS, TemperatureLike, device_of
 from contrastlab.losses.info_nce import VARIANTS, info_nce
 from contrastlab.worlds.restricted import sample_restricted_positive, sample_uniform_slice
 
@@ -55,6 +56,7 @@ def support_corrected_info_nce(
     variant: str = "infonce",
     normalize: bool = True,
     reduction: str = "mean",
+    gather: bool = False,
 ) -> Tensor:
     """Support-corrected InfoNCE (eq. 8): InfoNCE whose negatives of anchor i come from K(z_i).
 
@@ -69,6 +71,8 @@ def support_corrected_info_nce(
         variant: "infonce" (positive in the denominator, eq. 8) or "dcl".
         normalize: L2-normalise embeddings first (the paper's h maps to the sphere).
         reduction: "mean", "sum" or "none".
+        gather: under torch.distributed, this rank's share of the loss over every rank's anchors (the
+            per-anchor negatives involve no other rank), as :func:`info_nce` with ``gather=True``.
 
     Returns:
         The loss (scalar, or ``(N,)`` for ``reduction="none"``).
@@ -76,7 +80,11 @@ def support_corrected_info_nce(
     Raises:
         ValueError: ``negatives`` is not per-anchor ``(N, M, D)``, or any :func:`info_nce` error.
     """
-    check_embeddings("negatives", negatives, ndim=3)
+
+    def check() -> int:
+        return check_embeddings("negatives", negatives, ndim=3).shape[0]
+
+    cd.agree(check, gather=gather, device=device_of(anchor))  # every rank raises, or none
     return info_nce(
         anchor,
         positive,
@@ -85,6 +93,7 @@ def support_corrected_info_nce(
         variant=variant,
         normalize=normalize,
         reduction=reduction,
+        gather=gather,
     )
 
 

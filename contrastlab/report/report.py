@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrastlab.io import atomic_path, write_text_atomic
+from contrastlab import figures
+from contrastlab.io import read_json_verified, write_text_atomic
 
 __all__ = ["write_report", "load_run", "RunData"]
 
@@ -50,18 +51,19 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def load_run(path: str | Path) -> RunData:
     """Read ``results.json`` and every ``metrics.jsonl`` (depth ≤ 2) of a run folder.
 
+    ``results.json`` is verified against the checksum it was written with
+    (:func:`contrastlab.io.read_json_verified`) before it is parsed.
+
     Raises:
         FileNotFoundError: the folder has neither file.
-        ValueError: ``results.json`` is not valid JSON (the message names the file).
+        contrastlab.io.CorruptFileError: ``results.json`` fails its checksum or is not a JSON object
+            (the message names the file).
     """
     p = Path(path)
     results: dict[str, Any] = {}
     rfile = p / "results.json"
     if rfile.is_file():
-        try:
-            results = json.loads(rfile.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"run_dirs: {rfile} is not valid JSON ({e})") from None
+        results = read_json_verified(rfile)
     curves: dict[str, list[dict[str, Any]]] = {}
     candidates = sorted([p / "metrics.jsonl", *p.glob("*/metrics.jsonl"), *p.glob("*/*/metrics.jsonl")])
     for m in candidates:
@@ -93,15 +95,10 @@ def _curve_keys(rows: list[dict[str, Any]]) -> list[str]:
 
 def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     """One panel per logged quantity (loss, lr, eval/…) against the step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = _curve_keys(rows)
     ncols = min(3, max(1, len(keys)))
     nrows = max(1, math.ceil(len(keys) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.9 * nrows), squeeze=False)
+    fig, axes = figures.subplots(nrows, ncols, figsize=(4.2 * ncols, 2.9 * nrows), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
         pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
         ax.plot([s for s, _ in pts], [v for _, v in pts], marker="." if len(pts) < 30 else None)
@@ -116,9 +113,7 @@ def _plot_curves(rows: list[dict[str, Any]], title: str, path: Path) -> None:
         ax.axis("off")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
 
 
 #: Above this many training curves in one run, they are drawn as one overlay of the losses.
@@ -142,12 +137,8 @@ def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
                 series.append((name, pts))
     if len(series) < 2 or len(series) > MAX_OVERLAY_SERIES * (4 if len(runs) == 1 else 1):
         return False
-    import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = figures.subplots(figsize=(6.5, 3.8))
     for label, pts in series:
         ax.plot([s for s, _ in pts], [v for _, v in pts], label=label)
     ax.set_xlabel("step")
@@ -157,9 +148,7 @@ def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
     if title:
         ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=100, format="png")
-    plt.close(fig)
+    figures.save_png(fig, path, dpi=100)
     return True
 
 
@@ -363,7 +352,7 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
         ``(report.md path, report.html path)``.
 
     Raises:
-        ValueError: ``run_dirs`` is empty or a ``results.json`` does not parse.
+        ValueError: ``run_dirs`` is empty, or a ``results.json`` fails its checksum (CorruptFileError).
         FileNotFoundError: a folder has neither file.
 
     Examples:

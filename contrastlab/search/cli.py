@@ -1,8 +1,9 @@
 """``contrastlab search build | query | evaluate``: similarity search from the command line.
 
 Embeddings, labels, ids and queries are read from ``.npy`` files (memory-mapped, never unpickled) or
-``.safetensors`` files (``--key`` picks the tensor when there are several). Exit codes: 0 success, 1 an
-error while running (bad file, shape mismatch), 2 a usage error; errors are printed as one line.
+``.safetensors`` files (``--key`` picks the tensor when there are several). Exit codes: 0 success, 2 bad
+input (a usage error, a missing, empty, ill-shaped or corrupted file, an invalid value), 1 a failure while
+running (faiss or the file system); errors are printed as one line.
 
 Examples::
 
@@ -14,7 +15,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
@@ -141,6 +141,8 @@ def _build(a: argparse.Namespace) -> int:
     if x.ndim != 2:
         raise ValueError(f"--embeddings: expected shape (N, D), got {x.shape} in {a.embeddings}")
     n, d = x.shape
+    if n == 0 or d == 0:
+        raise ValueError(f"--embeddings: {a.embeddings} is empty (shape {x.shape}); an index needs at least one row")
     labels = _vector(a.labels, a.labels_key, "--labels", n)
     ids = _vector(a.ids, a.ids_key, "--ids", n)
     nlist = a.nlist
@@ -243,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         argv: e.g. ``["build", "--embeddings", "x.npy", "--out", "idx"]``; ``sys.argv[1:]`` when None.
 
     Returns:
-        0 on success, 1 on an error while running, 2 on a usage error.
+        0 on success, 2 on bad input (arguments or files), 1 on a failure while running.
     """
     try:
         a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -254,9 +256,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         return {"build": _build, "query": _query, "evaluate": _evaluate}[a.command](a)
-    except (ValueError, TypeError, OSError, RuntimeError, json.JSONDecodeError) as e:
-        msg = " ".join(str(e).split())  # one line
-        print(f"{_PROG}: error: {msg}", file=sys.stderr)
+    except (ValueError, TypeError, FileNotFoundError) as e:  # bad input; IndexFormatError is a ValueError
+        print(f"{_PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
+        return 2
+    except (OSError, RuntimeError) as e:
+        print(f"{_PROG}: failed: {' '.join(str(e).split())}", file=sys.stderr)
         return 1
 
 

@@ -9,8 +9,8 @@ cosine done by L2-normalising corpus and queries). What it adds to a bare faiss 
 - batched top-k over many queries (memory bounded by the batch), with an optional progress bar;
 - ``recall(queries, k)``: an approximate index's recall against exact search over the same vectors;
 - ``save``/``load``: faiss's own index file plus ``ids.npy``/``labels.npy`` and a JSON sidecar of metadata
-  with the size and SHA-256 of each file, all written atomically; loading never unpickles and names the
-  file that is missing or corrupted.
+  with the size and SHA-256 of each file, itself checksummed (:func:`contrastlab.io.write_json_atomic`),
+  all written atomically; loading never unpickles and names the file that is missing or corrupted.
 
 The search step costs what the faiss call costs: the benchmark (``benchmarks/search.py``) measures the
 ratio to a direct ``faiss.IndexFlatIP.search``.
@@ -18,8 +18,6 @@ ratio to a direct ``faiss.IndexFlatIP.search``.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +29,8 @@ import torch
 from torch import Tensor
 
 from contrastlab import __version__
-from contrastlab._checks import check_choice, check_embeddings
-from contrastlab.io import atomic_path, write_json_atomic
+from contrastlab._checks import check_choice, check_embeddings, check_int
+from contrastlab.io import CorruptFileError, atomic_path, read_json_verified, sha256_file, write_json_atomic
 from contrastlab.npyfile import load_npy
 
 __all__ = ["EmbeddingIndex", "SearchResult", "IndexFormatError", "as_float32_matrix"]
@@ -122,23 +120,13 @@ def _int_vector(name: str, x: object, n: int) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _save_npy(path: Path, arr: np.ndarray) -> None:
     with atomic_path(path) as tmp, open(tmp, "wb") as f:
         np.save(f, arr, allow_pickle=False)
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
+    return check_int(name, value, 1)
 
 
 class EmbeddingIndex:
@@ -464,8 +452,8 @@ class EmbeddingIndex:
         if root.exists() and not root.is_dir():
             raise ValueError(f"path {root} exists and is not a directory")
         root.mkdir(parents=True, exist_ok=True)
-        if self._index is None:
-            raise ValueError("index is empty (an IVF index is created by its first add); nothing to save")
+        if self._index is None or self.ntotal == 0:
+            raise ValueError("index is empty; add embeddings before saving (a saved index cannot be searched empty)")
         with atomic_path(root / "index.faiss") as tmp:
             faiss.write_index(self._index, str(tmp))
         _save_npy(root / "ids.npy", self._ids)
@@ -490,7 +478,7 @@ class EmbeddingIndex:
                 "ef_search": self._ef_search,
                 "ef_construction": self.ef_construction,
             },
-            "files": {f: {"bytes": (root / f).stat().st_size, "sha256": _sha256(root / f)} for f in files},
+            "files": {f: {"bytes": (root / f).stat().st_size, "sha256": sha256_file(root / f)} for f in files},
         }
         write_json_atomic(root / "meta.json", meta)
 
@@ -514,9 +502,9 @@ class EmbeddingIndex:
         if not meta_path.is_file():
             raise IndexFormatError(f"path {root}: no meta.json sidecar; not a saved EmbeddingIndex")
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise IndexFormatError(f"{meta_path} is corrupted (not valid JSON: {type(e).__name__})") from None
+            meta = read_json_verified(meta_path)
+        except CorruptFileError as e:
+            raise IndexFormatError(str(e)) from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT_NAME:
             raise IndexFormatError(f"{meta_path} is not an EmbeddingIndex sidecar (format field missing or wrong)")
         if meta.get("format_version") != FORMAT_VERSION:
@@ -554,7 +542,7 @@ class EmbeddingIndex:
                 raise IndexFormatError(f"{f} is missing (listed in meta.json)")
             if not isinstance(info, dict) or f.stat().st_size != info.get("bytes"):
                 raise IndexFormatError(f"{f} is corrupted: its size does not match meta.json")
-            if verify and _sha256(f) != info.get("sha256"):
+            if verify and sha256_file(f) != info.get("sha256"):
                 raise IndexFormatError(f"{f} is corrupted: its SHA-256 does not match meta.json")
         try:
             fx = faiss.read_index(str(root / "index.faiss"))

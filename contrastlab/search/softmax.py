@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from contrastlab._checks import check_embeddings, check_positive_float
+from contrastlab._checks import check_bool, check_embeddings, check_positive_float
 from contrastlab.npyfile import NpyFormatError, read_npy_header
 
 if TYPE_CHECKING:
@@ -269,11 +269,17 @@ def log_partition(
     temperature: float | None = None,
     scale: float | None = None,
     block_size: int | None = None,
+    average: bool = False,
 ) -> Tensor:
     """Exact log-partition of the softmax search, ``log Σ_i exp(⟨q, ξ_i⟩ / τ)``, streamed over the corpus.
 
     The normaliser of Whiteley's softmax search (eqs 4–6). The corpus is visited in blocks with an online
     log-sum-exp, so memory is ``O(Q × block_size)`` and nothing overflows at small τ.
+
+    By default this is the log of the *sum* over the ``N`` corpus rows (no ``− log N``). With
+    ``average=True`` it is the log of the *mean*, ``log (1/N) Σ_i exp(⟨q, ξ_i⟩ / τ)`` — the sum's value
+    minus ``log N`` — which, for a corpus drawn i.i.d. from π_data, estimates the model kernel's
+    normaliser ``log ∫ e^{⟨φ(z), φ(z')⟩/τ} π_data(dz')`` (Whiteley eqs 5 and 9).
 
     Shape:
         queries: ``(Q, D)``. corpus: ``(N, D)`` or blocks ``(B_i, D)``. Returns ``(Q,)`` float64.
@@ -284,9 +290,10 @@ def log_partition(
         temperature: τ > 0; the logits are ``⟨q, ξ⟩ / τ``. Give either this or ``scale``.
         scale: multiplier of the inner product (``1/τ``, or ``κ`` for the idealised search).
         block_size: corpus rows per block; default ``2^24 // Q`` (64 MiB of float32 logits).
+        average: subtract ``log N`` (the log of the mean instead of the sum over the corpus).
 
     Returns:
-        ``log Z(q)`` per query, in float64.
+        ``log Z(q)`` per query, in float64 (``log Z(q) − log N`` with ``average``).
 
     Raises:
         ValueError, TypeError: invalid inputs, named.
@@ -297,11 +304,14 @@ def log_partition(
         ...                torch.logsumexp(q.double() @ c.double().T / 0.1, 1), rtol=1e-5)
         True
     """
+    check_bool("average", average)
     s = _scale_of(temperature, scale)
     lse = _OnlineLSE()
+    n = 0
     for x in _search_logits(SoftmaxSearch(queries, corpus, s), block_size, None, "search"):
         lse.update(x)
-    return lse.logsumexp()
+        n += x.shape[1]
+    return lse.logsumexp() - math.log(n) if average else lse.logsumexp()
 
 
 def log_prob(

@@ -1,5 +1,6 @@
 """contrastlab.theory: Whiteley's similarity-search theory as computable, checkable quantities."""
 
+from contrastlab.theory.atoms_example import AtomsExample, orthogonal_atoms_example
 from contrastlab.theory.bounds import (
     b_tau,
     concentration_term,
@@ -22,13 +23,13 @@ from contrastlab.theory.search_ce import (
     ground_truth_population_ce,
     idealised_search,
     k_gap_estimates,
-    log_partition,
     model_kernel_log_density,
     population_ce,
     search_cross_entropy,
 )
 
 __all__ = [
+    "AtomsExample",
     "MCEstimate",
     "b_tau",
     "check_theorem_4_5",
@@ -47,8 +48,8 @@ __all__ = [
     "k_gap_estimates",
     "lemma1_lipschitz",
     "lemma4_bound",
-    "log_partition",
     "model_kernel_log_density",
+    "orthogonal_atoms_example",
     "population_ce",
     "prop1_bounds",
     "prop2_bound",

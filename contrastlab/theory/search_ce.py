@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from contrastlab._checks import check_embeddings, check_positive_float
+from contrastlab.search.softmax import log_partition
 from contrastlab.theory.risk import Encoder, MCEstimate, embed, mc_estimate
 from contrastlab.worlds.sphere import log_sphere_area, log_vmf_normalizer, vmf_mean_resultant_length
 from contrastlab.worlds.vmf_world import SphereWorld
@@ -40,7 +41,6 @@ __all__ = [
     "ground_truth_population_ce",
     "idealised_search",
     "k_gap_estimates",
-    "log_partition",
     "model_kernel_log_density",
     "population_ce",
     "search_cross_entropy",
@@ -53,50 +53,12 @@ def _pos_int(name: str, v: object, minimum: int = 1) -> int:
     return v
 
 
-def log_partition(
-    query: Tensor, reference: Tensor, *, temperature: float, query_chunk: int = 1024, ref_chunk: int = 8192
-) -> Tensor:
-    """Log (1/m) Σ_j exp(⟨φ_q, φ_ref_j⟩/τ): the log normaliser of the model kernel Q_τ^φ (eq. 5).
-
-    With ``reference`` an i.i.d. π_data sample this estimates log ∫ e^{⟨φ(z),φ(z')⟩/τ} π(dz'). The sum
-    is streamed over (query, reference) blocks with a running log-sum-exp, so memory is
-    O(query_chunk · ref_chunk) whatever m is.
-
-    Shape:
-        ``query`` (Q, D), ``reference`` (m, D) → (Q,).
-
-    Args:
-        query: query embeddings φ(z).
-        reference: embeddings of the reference sample.
-        temperature: τ > 0.
-        query_chunk: queries per block.
-        ref_chunk: reference rows per block.
-
-    Returns:
-        Per-query log partition, float64.
-    """
-    check_embeddings("query", query, ndim=2)
-    check_embeddings("reference", reference, ndim=2)
-    if reference.shape[1] != query.shape[1]:
-        raise ValueError(f"reference must have D = {query.shape[1]} columns, got {reference.shape[1]}")
-    tau = check_positive_float("temperature", temperature)
-    q64, r64 = query.to(torch.float64), reference.to(torch.float64)
-    out = torch.empty(q64.shape[0], dtype=torch.float64)
-    for i in range(0, q64.shape[0], query_chunk):
-        qi = q64[i : i + query_chunk]
-        run = torch.full((qi.shape[0],), -math.inf, dtype=torch.float64)
-        for j in range(0, r64.shape[0], ref_chunk):
-            block = torch.logsumexp(qi @ r64[j : j + ref_chunk].T / tau, dim=1)
-            run = torch.logaddexp(run, block)
-        out[i : i + query_chunk] = run - math.log(r64.shape[0])
-    return out
-
-
 def model_kernel_log_density(query: Tensor, points: Tensor, log_z: Tensor, *, temperature: float) -> Tensor:
     """Log dQ_τ^φ(z, ·)/dπ_data(z') = ⟨φ(z), φ(z')⟩/τ − log Z_τ^φ(z) (eq. 5).
 
     Shape:
-        ``query`` (Q, D), ``points`` (M, D), ``log_z`` (Q,) from :func:`log_partition` → (Q, M).
+        ``query`` (Q, D), ``points`` (M, D), ``log_z`` (Q,) from :func:`contrastlab.search.log_partition` with
+        ``average=True`` → (Q, M).
     """
     tau = check_positive_float("temperature", temperature)
     return query.to(torch.float64) @ points.to(torch.float64).T / tau - log_z.to(torch.float64)[:, None]
@@ -198,7 +160,9 @@ def population_ce(
     zp = world.sample_positive_latents(zq[:, None, :].expand(-1, n_positives, -1).contiguous(), generator=generator)
     phi_q, phi_p = embed(encoder, world.mix(zq)), embed(encoder, world.mix(zp))
     align = (phi_q[:, None, :] * phi_p).sum(-1).mean(1) / tau  # (Q,)
-    return mc_estimate(-align + log_partition(phi_q, phi_ref, temperature=tau))
+    # log of the mean over the reference sample (− log m): the Monte Carlo estimate of log ∫ e^{⟨φ,φ'⟩/τ} dπ
+    log_z = log_partition(phi_q.double(), phi_ref.double(), temperature=tau, average=True)
+    return mc_estimate(-align + log_z)
 
 
 def empirical_search_ce(

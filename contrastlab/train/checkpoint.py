@@ -1,29 +1,42 @@
-"""Checkpoints that survive crashes: atomic writes, a kept previous copy, and safe loading.
+"""Checkpoints that survive crashes and bit rot: atomic writes, a checksum, a kept previous copy, safe loading.
 
 A checkpoint is a dict of tensors and plain Python containers (model, optimiser, schedule and
-grad-scaler state, the step, and the torch/numpy/python RNG states as tensors and ints), written
-with ``torch.save`` through :func:`contrastlab.io.atomic_path` (temp file, fsync, rename) and read
-back with ``torch.load(weights_only=True)``, which refuses any pickled object that is not a tensor
-or a primitive container. ``checkpoint.pt`` is the newest; before it is replaced the old one
-becomes ``checkpoint.prev.pt``, so a corrupt newest file falls back to the previous good one.
+grad-scaler state, the step, the torch/numpy/python RNG states as tensors and ints, and any extra
+state dicts a caller adds), serialised with ``torch.save`` and stored in one file as
+
+    magic 0x89 "CLCKPT" 0x0A (8 bytes) | payload length (8, little-endian) | SHA-256 of the payload (32) | payload
+
+(:func:`contrastlab.io.frame_bytes`), written through :func:`contrastlab.io.atomic_path` (temp file,
+fsync, rename). The checksum lives in the same file as the payload, so one rename installs both and
+they cannot get out of step (a separate ``.sha256`` file could be left behind by a crash between two
+renames, or lost when the checkpoint alone is copied). Loading reads the file once into memory,
+checks magic, length and SHA-256 *before* anything is deserialised (no window in which the file could
+change between check and use), then ``torch.load(weights_only=True)``, which refuses any pickled
+object that is not a tensor or a primitive container.
+
+``checkpoint.pt`` is the newest; before it is replaced the old one becomes ``checkpoint.prev.pt``, so
+a corrupt newest file falls back to the previous good one.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import random
 import warnings
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from contrastlab.io import atomic_path
+from contrastlab.io import CorruptFileError, atomic_path, frame_bytes, unframe_bytes
 
 __all__ = [
     "CheckpointError",
+    "CheckpointWarning",
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
@@ -31,14 +44,23 @@ __all__ = [
     "restore_rng",
     "CHECKPOINT_NAME",
     "PREVIOUS_NAME",
+    "CHECKPOINT_MAGIC",
 ]
 
 CHECKPOINT_NAME = "checkpoint.pt"
 PREVIOUS_NAME = "checkpoint.prev.pt"
+CHECKPOINT_MAGIC = b"\x89CLCKPT\n"
+"""First 8 bytes of a checkpoint (a high-bit byte and a newline, as PNG's, catch 7-bit and newline mangling)."""
+
+_PLAIN = (torch.Tensor, bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated, corrupt or holds objects that are not tensors/primitives."""
+
+
+class CheckpointWarning(RuntimeWarning):
+    """The newest checkpoint is corrupt and was set aside; the previous one is used instead."""
 
 
 def capture_rng() -> dict[str, Any]:
@@ -77,34 +99,64 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _check_plain(obj: Any, where: str) -> None:
+    """Refuse, before writing, anything ``torch.load(weights_only=True)`` would refuse when reading."""
+    if isinstance(obj, Mapping):
+        for k, v in obj.items():
+            if not isinstance(k, (str, int)):
+                raise TypeError(f"{where} has a key of type {type(k).__name__}; checkpoint keys are str or int")
+            _check_plain(v, f"{where}[{k!r}]")
+    elif isinstance(obj, (list, tuple)) and not isinstance(obj, torch.Size):
+        for i, v in enumerate(obj):
+            _check_plain(v, f"{where}[{i}]")
+    elif not isinstance(obj, _PLAIN):
+        raise TypeError(
+            f"{where} is a {type(obj).__name__}; a checkpoint holds only tensors, numbers, strings and "
+            "dicts/lists/tuples of them (save an object through its state_dict())"
+        )
+
+
 def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     """Atomically write ``state`` to ``directory/checkpoint.pt``; the old one becomes ``checkpoint.prev.pt``.
 
     At every instant at least one complete checkpoint exists: the new file is fully written and
     fsync'ed under a temporary name before the old one is renamed away and the new one into place.
+    The file carries the SHA-256 of its payload (see the module docstring).
+
+    Args:
+        state: a dict of tensors, numbers, strings, ``None`` and dicts/lists/tuples of them; any
+            extra entries (e.g. ``state["extra"]["queue"] = queue.state_dict()``) are saved as they are.
+        directory: the run folder.
 
     Returns:
         The path written.
+
+    Raises:
+        TypeError: ``state`` holds another kind of object (named by its key path), which
+            ``weights_only`` loading would refuse.
     """
+    _check_plain(state, "state")
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
     directory = Path(directory)
     target = directory / CHECKPOINT_NAME
     with atomic_path(target) as tmp:
-        torch.save(state, tmp)
+        tmp.write_bytes(frame_bytes(buffer.getbuffer(), CHECKPOINT_MAGIC))
         if target.exists():
             os.replace(target, directory / PREVIOUS_NAME)
     return target
 
 
-def _check_record_sizes(p: Path) -> None:
-    """Refuse an archive whose directory declares records larger than the file, before torch reads it.
+def _check_record_sizes(payload: io.BytesIO, p: Path) -> None:
+    """Refuse a payload whose zip directory declares records larger than itself, before torch reads it.
 
     ``torch.load`` allocates each record at the size the zip directory declares, so a few changed bytes
-    can make it allocate gigabytes; ``torch.save`` stores records uncompressed, so none can be larger
-    than the file that holds it.
+    (with a recomputed checksum) can make it allocate gigabytes; ``torch.save`` stores records
+    uncompressed, so none can be larger than the payload that holds it.
     """
-    size = p.stat().st_size
+    size = payload.getbuffer().nbytes
     try:
-        with zipfile.ZipFile(p) as zf:
+        with zipfile.ZipFile(payload) as zf:
             for info in zf.infolist():
                 if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
                     raise CheckpointError(
@@ -116,19 +168,28 @@ def _check_record_sizes(p: Path) -> None:
 
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Load one checkpoint file with ``torch.load(weights_only=True)``.
+    """Verify one checkpoint file's length and SHA-256, then load it with ``torch.load(weights_only=True)``.
 
     Raises:
-        CheckpointError: naming the file, when it is missing, truncated, corrupt, or contains pickled
-            objects other than tensors and primitive containers.
+        CheckpointError: naming the file, when it is missing, truncated, fails its checksum (a changed
+            byte anywhere), does not deserialise, or contains pickled objects other than tensors and
+            primitive containers.
     """
     p = Path(path)
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
-    _check_record_sizes(p)
     try:
-        state = torch.load(p, map_location=map_location, weights_only=True)
-    except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
+        payload = unframe_bytes(p.read_bytes(), CHECKPOINT_MAGIC, p)
+    except CorruptFileError as e:
+        raise CheckpointError(f"checkpoint {e}") from None
+    except OSError as e:
+        raise CheckpointError(f"checkpoint {p} cannot be read ({e})") from None
+    buffer = io.BytesIO(payload)
+    _check_record_sizes(buffer, p)
+    buffer.seek(0)
+    try:
+        state = torch.load(buffer, map_location=map_location, weights_only=True)
+    except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad payloads
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})") from e
     if not isinstance(state, dict) or "step" not in state or "model" not in state:
@@ -139,9 +200,9 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
 def latest_checkpoint(directory: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any] | None:
     """Load the newest good checkpoint in ``directory``, or ``None`` if there is none.
 
-    If ``checkpoint.pt`` is corrupt, a warning names it, it is renamed to ``checkpoint.pt.corrupt``
-    (so the next save does not push it over the good previous copy) and ``checkpoint.prev.pt`` is
-    loaded instead.
+    If ``checkpoint.pt`` is corrupt (truncated, a checksum mismatch, or unloadable), a
+    ``RuntimeWarning`` names it, it is renamed to ``checkpoint.pt.corrupt`` (so the next save does not
+    push it over the good previous copy) and ``checkpoint.prev.pt`` is loaded instead.
 
     Raises:
         CheckpointError: checkpoint files exist but none of them loads.
@@ -156,9 +217,10 @@ def latest_checkpoint(directory: str | Path, *, map_location: str | torch.device
             state = load_checkpoint(p, map_location=map_location)
         except CheckpointError as e:
             errors.append(str(e))
-            warnings.warn(f"{e}; trying the previous checkpoint", RuntimeWarning, stacklevel=2)
             if p == latest:
                 os.replace(latest, directory / (CHECKPOINT_NAME + ".corrupt"))
+                then = f"falling back to {previous}" if previous.exists() else "no previous checkpoint to fall back to"
+                warnings.warn(f"{e}; set aside as {CHECKPOINT_NAME}.corrupt, {then}", CheckpointWarning, stacklevel=2)
             continue
         return state
     if errors:

@@ -374,17 +374,32 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def read_config(cls: type[T], path: str | Path) -> T:
+def read_config(cls: type[T], path: str | Path, *, verified: bool = False) -> T:
     """Read the config file ``path`` (YAML, TOML or JSON by suffix) into the dataclass ``cls``.
 
     :func:`load_config_file` then :func:`from_dict`; every error names the file and, for a bad value,
-    the dotted field (``config file run.yaml: optim.lr must be a float, got str 'x'``).
+    the dotted field (``config file run.yaml: optim.lr must be a float, got str 'x'``). A JSON file
+    that contrastlab wrote (a run's ``config.json``, which carries a ``contrastlab_sha256`` member) is
+    verified against its checksum first (:func:`contrastlab.io.read_json_verified`).
+
+    Args:
+        cls: the config dataclass.
+        path: the file.
+        verified: require the checksum (for a run folder's ``config.json``).
 
     Raises:
-        ConfigError: the file is missing, does not parse, or holds an unknown or ill-typed field.
+        ConfigError: the file is missing, does not parse, fails its checksum, or holds an unknown or
+            ill-typed field.
     """
+    from contrastlab.io import CHECKSUM_KEY, CorruptFileError, read_json_verified
+
     p = Path(path)
     data = load_config_file(p)
+    if verified or CHECKSUM_KEY in data:
+        try:
+            data = read_json_verified(p)
+        except CorruptFileError as e:
+            raise ConfigError(f"config file {e}") from None
     try:
         return from_dict(cls, data)
     except ConfigError as e:

@@ -1,33 +1,40 @@
 """The ``contrastlab train CONFIG`` job: a whole run described by one frozen, validated config.
 
-A :class:`JobConfig` names the data (the synthetic sphere world of Zimmermann et al. 2021 by default:
-latents z uniform on S^{d−1}, positives z̃ ~ vMF(z, κ), observations g(z) through a generator from
-:mod:`contrastlab.worlds.mixing`), the encoder (an MLP), the loss and its hyperparameters, the
-negatives, the training loop (:class:`~contrastlab.train.TrainConfig`) and the evaluation.
-:func:`run_job` builds everything, trains with :func:`~contrastlab.train.fit` and writes
-``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and ``results.json`` into the output folder.
+A :class:`JobConfig` names a dataset, an encoder, a loss and an augmentation pipeline, each a key of its
+registry (a plain dict), plus the negatives, the training loop (:class:`~contrastlab.train.TrainConfig`)
+and the evaluation:
 
-Datasets are built through the plain dict :data:`DATA_BUILDERS` (name → builder), which other parts
-extend: ``DATA_BUILDERS["cifar10"] = build_cifar10`` with ``build(config: JobConfig) -> DataSource``.
+* ``data.name`` — :data:`~contrastlab.train.sources.DATA_BUILDERS` (the synthetic ``sphere`` and
+  ``concepts`` worlds and every image dataset of :data:`contrastlab.data.registry.DATASETS`);
+* ``encoder.name`` — ``"mlp"`` (:class:`~contrastlab.models.MLP` on the flattened input) or an image
+  encoder of :data:`contrastlab.models.registry.ENCODERS`;
+* ``loss.name`` — the loss registry of :mod:`contrastlab.losses`, called through its signature
+  (:func:`call_loss`);
+* ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data).
+
+:func:`run_job` checks the combination (:func:`check_job`, one :class:`~contrastlab.train.ConfigError`
+naming the field), builds everything, trains with :func:`~contrastlab.train.fit` and writes
+``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and ``results.json`` into the output folder.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
-from contrastlab.train.sampler import step_generator
+from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
 
 __all__ = [
     "DataConfig",
+    "ConceptsConfig",
     "ViewsConfig",
     "EncoderConfig",
     "LossConfig",
@@ -37,13 +44,45 @@ __all__ = [
     "DataSource",
     "DATA_BUILDERS",
     "build_sphere",
+    "loss_registry",
+    "call_loss",
+    "check_job",
     "build_encoder",
     "make_loss_fn",
     "make_eval_fn",
     "run_job",
 ]
 
-LOSS_NAMES = ("info_nce", "dcl", "nt_xent", "supcon", "weince")
+
+def _known(kind: str, names: Any) -> str:
+    return f"known {kind}: {', '.join(sorted(names))}"
+
+
+@dataclass(frozen=True)
+class ConceptsConfig:
+    """The concept world (``data.name: concepts``): a tree of items with Zipfian frequencies."""
+
+    branching: int = 3
+    """children per node (>= 2)"""
+    depth: int = 3
+    """levels of items (>= 1); leaves are the specific concepts"""
+    zipf_exponent: float = 1.0
+    """s in p_i ∝ rank^{-s} (0: uniform anchor frequencies)"""
+    input_dim: int = 16
+    """dimension of the items' input features"""
+    view_noise: float = 0.3
+    """standard deviation of the Gaussian noise that makes a view"""
+    seed: int = 0
+    """seed of the world's structure (ranks, features)"""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if self.branching < 2 or self.depth < 1 or self.input_dim < 1:
+            raise ConfigError(
+                f"branching must be >= 2, depth and input_dim >= 1, got {self.branching}, {self.depth}, {self.input_dim}"
+            )
+        if self.zipf_exponent < 0 or self.view_noise < 0:
+            raise ConfigError(f"zipf_exponent and view_noise must be >= 0, got {self.zipf_exponent}, {self.view_noise}")
 
 
 @dataclass(frozen=True)
@@ -51,7 +90,8 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset builder, a key of contrastlab.train.job.DATA_BUILDERS ("sphere": the synthetic world)"""
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, digits, cifar10, cifar100,
+    cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
     mixing: str = "identity"
@@ -59,9 +99,15 @@ class DataConfig:
     mixing_seed: int = 0
     """sphere: seed of the generator's random parameters"""
     batch_size: int = 256
-    """anchors per step"""
+    """anchors per step (images: images per step, each giving two views)"""
     root: str | None = None
-    """folder holding the dataset files (file-backed datasets only)"""
+    """image datasets: folder holding the dataset files (default $CONTRASTLAB_DATA or ./data; digits need none)"""
+    image_size: int | None = None
+    """image datasets: resize images to this side (None: keep the dataset's size)"""
+    subset: int = 0
+    """image datasets: train on the first this many training images (0: all)"""
+    concepts: ConceptsConfig = field(default_factory=ConceptsConfig)
+    """concepts: the concept world"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -69,6 +115,10 @@ class DataConfig:
             raise ConfigError(f"latent_dim must be >= 2, got {self.latent_dim}")
         if self.batch_size < 2:
             raise ConfigError(f"batch_size must be >= 2, got {self.batch_size}")
+        if self.image_size is not None and self.image_size < 1:
+            raise ConfigError(f"image_size must be >= 1 or None, got {self.image_size}")
+        if self.subset < 0:
+            raise ConfigError(f"subset must be >= 0, got {self.subset}")
 
 
 @dataclass(frozen=True)
@@ -77,55 +127,154 @@ class ViewsConfig:
 
     kappa: float = 10.0
     """sphere: concentration κ of the positive's latent, z̃ ~ vMF(z, κ)"""
+    augment: str = "simclr_all"
+    """image datasets: the augmentation pipeline making each view, a key of contrastlab.data.augment.REGIMES
+    (simclr_all, crop_only, all_without_crop)"""
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    """image datasets: area range of the random resized crop (digits: 0.5, 1.0)"""
+    strength: float = 0.5
+    """image datasets: colour-jitter strength s (SimCLR: 0.5 on CIFAR, 1.0 on ImageNet)"""
+    flip: bool = True
+    """image datasets: horizontal flips (false for digits, whose mirror image is another symbol)"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.kappa < 0:
             raise ConfigError(f"kappa must be >= 0, got {self.kappa}")
+        from contrastlab.data.augment import REGIMES
+
+        if self.augment not in REGIMES:
+            raise ConfigError(f"augment {self.augment!r} is not registered; {_known('pipelines', REGIMES)}")
+        if not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
+            raise ConfigError(f"crop_scale must satisfy 0 < min <= max <= 1, got {list(self.crop_scale)}")
+        if self.strength < 0:
+            raise ConfigError(f"strength must be >= 0, got {self.strength}")
 
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """The MLP encoder φ."""
+    """The encoder φ (and an optional projection head)."""
 
+    name: str = "mlp"
+    """mlp (an MLP on the flattened input) or an image encoder of contrastlab.models.registry.ENCODERS
+    (cnn, resnet18, vit)"""
     hidden: tuple[int, ...] = (128, 128)
-    """widths of the hidden layers"""
+    """mlp: widths of the hidden layers"""
     out_dim: int = 10
-    """embedding dimension D"""
+    """embedding dimension D (the representation)"""
     batch_norm: bool = False
-    """BatchNorm1d after each hidden layer"""
+    """mlp: BatchNorm1d after each hidden layer"""
     activation: Literal["relu", "leaky_relu", "gelu"] = "leaky_relu"
-    """hidden activation"""
+    """mlp: hidden activation"""
+    width: int | None = None
+    """image encoders: the architecture's width (None: contrastlab.models.registry.DEFAULT_WIDTHS)"""
+    proj_dim: int = 0
+    """output of a 2-layer projection head on the representation, as in SimCLR (0: no head)"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.out_dim < 1 or any(h < 1 for h in self.hidden):
             raise ConfigError(f"hidden and out_dim must be positive, got hidden={self.hidden}, out_dim={self.out_dim}")
+        from contrastlab.models.registry import ENCODERS
+
+        if self.name != "mlp" and self.name not in ENCODERS:
+            raise ConfigError(
+                f"name {self.name!r} is not a registered encoder; {_known('encoders', {'mlp', *ENCODERS})}"
+            )
+        if self.width is not None and (self.width < 1 or self.name == "mlp"):
+            raise ConfigError(
+                f"width applies to the image encoders and must be >= 1, got {self.width} with name={self.name!r} "
+                "(the mlp's widths are `hidden`)"
+            )
+        if self.proj_dim < 0:
+            raise ConfigError(f"proj_dim must be >= 0, got {self.proj_dim}")
+
+
+_SET_BY_JOB = ("temperature", "symmetric", "normalize", "gather", "negatives", "labels", "reduction", "return_stats")
+"""Loss arguments the job sets itself (from the config fields and the batch); never in ``loss.options``."""
+
+
+def loss_registry() -> Mapping[str, Callable[..., Any]]:
+    """The loss registry the job dispatches through: name → loss function, :data:`contrastlab.losses.LOSSES`.
+
+    A loss function takes the two views ``(anchor, positive)`` (or, when it has a ``labels`` parameter,
+    the stacked embeddings and their labels) and keywords; :func:`call_loss` passes those it accepts.
+    """
+    from contrastlab import losses
+
+    registry = getattr(losses, "LOSSES", None)
+    if registry is not None:
+        return cast(Mapping[str, Callable[..., Any]], registry)
+    from functools import partial
+
+    return {
+        "info_nce": losses.info_nce,
+        "dcl": partial(losses.info_nce, variant="dcl"),
+        "nt_xent": losses.nt_xent,
+        "supcon": losses.supcon,
+        "weince": losses.weince,
+        "support_corrected": losses.support_corrected_info_nce,
+    }
+
+
+def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    return inspect.signature(fn).parameters
+
+
+def _takes_labels(fn: Callable[..., Any]) -> bool:
+    return "labels" in _parameters(fn)
+
+
+def _needs_negatives(fn: Callable[..., Any]) -> bool:
+    p = _parameters(fn).get("negatives")
+    return p is not None and p.default is inspect.Parameter.empty
 
 
 @dataclass(frozen=True)
 class LossConfig:
     """The contrastive loss."""
 
-    name: Literal["info_nce", "dcl", "nt_xent", "supcon", "weince"] = "info_nce"
-    """info_nce, dcl (InfoNCE without the positive in the denominator), nt_xent (SimCLR), supcon, or weince
-    (extreme-value-corrected NT-Xent, the paper's per-anchor β̂ and default statistics)"""
+    name: str = "info_nce"
+    """a key of the loss registry (contrastlab.losses): info_nce, dcl (InfoNCE without the positive in the
+    denominator), nt_xent (SimCLR), supcon (needs labelled data), weince (extreme-value-corrected NT-Xent), …"""
     temperature: float = 0.1
     """softmax temperature τ"""
     symmetric: bool = False
-    """info_nce/dcl: average the anchor→positive and positive→anchor directions"""
+    """average the anchor→positive and positive→anchor directions (losses with a `symmetric` argument)"""
     normalize: bool = True
     """L2-normalise embeddings before the dot product (cosine similarity)"""
+    options: dict[str, Any] = field(default_factory=dict)
+    """further keyword arguments of the loss function, e.g. {beta_mode: global} for weince"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        registry = loss_registry()
+        if self.name not in registry:
+            raise ConfigError(f"name {self.name!r} is not a registered loss; {_known('losses', registry)}")
+        params = _parameters(registry[self.name])
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"options must be a table of keyword arguments, got {type(self.options).__name__}")
+        positional = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "negatives"]
+        settable = [n for n, p in params.items() if n not in _SET_BY_JOB and n not in positional]
+        for key, value in self.options.items():
+            if key not in settable:
+                raise ConfigError(
+                    f"options.{key} is not an option of loss {self.name!r}; its options: {', '.join(settable) or '(none)'}"
+                )
+            if not (value is None or isinstance(value, (bool, int, float, str))):
+                raise ConfigError(f"options.{key} must be a number, string, bool or null, got {type(value).__name__}")
+        for flag, default in (("symmetric", False), ("normalize", True)):
+            if getattr(self, flag) != default and flag not in params:
+                raise ConfigError(
+                    f"{flag}={getattr(self, flag)} is not available: loss {self.name!r} has no {flag} argument"
+                )
 
 
 @dataclass(frozen=True)
 class NegativesConfig:
-    """Negatives beyond the batch (info_nce and dcl only)."""
+    """Negatives beyond the batch (losses with a `negatives` argument, on data that draws them: sphere)."""
 
     kind: Literal["in_batch", "shared", "per_anchor"] = "in_batch"
     """in_batch: the other rows' positives; shared: `num` fresh samples for every anchor; per_anchor: `num` each"""
@@ -143,14 +292,18 @@ class EvalConfig:
     """Evaluation on a held-out set drawn once from the data source."""
 
     n: int = 2048
-    """number of held-out anchor/positive pairs"""
+    """number of held-out anchor/positive pairs (images: held-out test images)"""
     seed: int = 12345
     """seed of the held-out set (independent of the training seed)"""
+    probe_n: int = 5000
+    """labelled data: un-augmented training images the linear probe fits on (at most all of them; 0: no probe)"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.n < 2:
             raise ConfigError(f"n must be >= 2, got {self.n}")
+        if self.probe_n < 0:
+            raise ConfigError(f"probe_n must be >= 0, got {self.probe_n}")
 
 
 @dataclass(frozen=True)
@@ -176,156 +329,183 @@ class JobConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.negatives.kind != "in_batch" and self.loss.name not in ("info_nce", "dcl"):
-            raise ConfigError(f"negatives.kind={self.negatives.kind!r} needs loss.name info_nce or dcl")
+        if self.data.name not in DATA_BUILDERS:
+            raise ConfigError(
+                f"data.name {self.data.name!r} is not a registered dataset; {_known('datasets', DATA_BUILDERS)}"
+            )
+        fn = loss_registry()[self.loss.name]
+        if self.negatives.kind != "in_batch" and "negatives" not in _parameters(fn):
+            raise ConfigError(
+                f"negatives.kind={self.negatives.kind!r} needs a loss that takes negatives; {self.loss.name} does not"
+            )
+        if self.negatives.kind == "in_batch" and _needs_negatives(fn):
+            raise ConfigError(
+                f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
+            )
+        if self.data.name == "sphere" and self.eval.n < 2 * (self.encoder.out_dim + 2):
+            raise ConfigError(
+                f"eval.n must be >= {2 * (self.encoder.out_dim + 2)} on sphere: the held-out latent R² fits on half "
+                f"the rows and scores the other half, each needing encoder.out_dim + 2 = {self.encoder.out_dim + 2}"
+            )
 
 
-@dataclass
-class DataSource:
-    """What a data builder returns.
+def check_job(config: JobConfig, source: DataSource) -> None:
+    """Check that the data, the encoder and the loss of ``config`` fit together.
 
-    Attributes:
-        in_dim: dimension of one observation (the encoder's input).
-        batch_at: ``step -> batch``, a pure function of the step. A batch is a dict with
-            ``"anchor"``, ``"positive"`` (``(N, in_dim)``), optional ``"latent"`` (``(N, d)``, true
-            latents), ``"labels"`` (``(N,)``) and ``"negatives"`` (``(M, in_dim)`` or ``(N, K, in_dim)``).
-        eval_batch: the held-out batch (same keys).
+    Raises:
+        contrastlab.train.ConfigError: naming the field, e.g. an image encoder on vector data, a loss
+            that needs labels on data without them, or fresh negatives from data that cannot draw them.
     """
+    data, enc = config.data, config.encoder
+    if source.kind == "vectors" and enc.name != "mlp":
+        raise ConfigError(
+            f"encoder.name {enc.name!r} needs image data; data.name {data.name!r} gives vectors (use mlp)"
+        )
+    if source.kind == "images" and enc.name == "mlp" and enc.width is not None:
+        raise ConfigError("encoder.width does not apply to mlp; set encoder.hidden")
+    if _takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
+        raise ConfigError(f"loss.name {config.loss.name!r} needs labels; data.name {data.name!r} gives none")
+    if config.negatives.kind != "in_batch" and not source.fresh_negatives:
+        raise ConfigError(
+            f"negatives.kind={config.negatives.kind!r} needs data that draws fresh negatives (sphere); "
+            f"data.name {data.name!r} has in-batch negatives only"
+        )
 
-    in_dim: int
-    batch_at: Callable[[int], dict[str, Tensor]]
-    eval_batch: dict[str, Tensor]
 
+def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
+    """The encoder of ``config.encoder`` for the inputs of ``source`` (plus the projection head, if any).
 
-def build_sphere(config: JobConfig) -> DataSource:
-    """The synthetic sphere world: z ~ U(S^{d−1}), z̃ ~ vMF(z, κ), observations g(z), g(z̃).
-
-    Negatives (``negatives.kind`` shared / per_anchor) are g(z⁻) with z⁻ ~ U(S^{d−1}). Every batch is
-    drawn from a generator seeded by ``(train.seed, step)``, the held-out set from ``eval.seed``.
+    ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
+    flattened when it is an image; every other name is ``ENCODERS[name](C, H, out_dim, width)``.
     """
-    from contrastlab.worlds.mixing import make_mixing
-    from contrastlab.worlds.sphere import sample_uniform_sphere, sample_vmf
-
-    d, n = config.data.latent_dim, config.data.batch_size
-    g = make_mixing(config.data.mixing, d, seed=config.data.mixing_seed)
-    kappa, neg = config.views.kappa, config.negatives
-
-    def draw(count: int, gen: torch.Generator, with_negatives: bool) -> dict[str, Tensor]:
-        z = sample_uniform_sphere(count, d, generator=gen)
-        z_pos = sample_vmf(z, kappa, generator=gen)
-        batch = {"anchor": g(z), "positive": g(z_pos), "latent": z}
-        if with_negatives and neg.kind == "shared":
-            batch["negatives"] = g(sample_uniform_sphere(neg.num, d, generator=gen))
-        elif with_negatives and neg.kind == "per_anchor":
-            batch["negatives"] = g(sample_uniform_sphere(count * neg.num, d, generator=gen)).view(count, neg.num, -1)
-        return batch
-
-    def batch_at(step: int) -> dict[str, Tensor]:
-        return draw(n, step_generator(config.train.seed, step), True)
-
-    eval_batch = draw(config.eval.n, torch.Generator().manual_seed(config.eval.seed), False)
-    return DataSource(in_dim=g.out_dim, batch_at=batch_at, eval_batch=eval_batch)
-
-
-DATA_BUILDERS: dict[str, Callable[[JobConfig], DataSource]] = {"sphere": build_sphere}
-"""Dataset name → ``build(config) -> DataSource``. Extend it to train on other data."""
-
-
-def build_encoder(config: JobConfig, in_dim: int) -> nn.Module:
-    """The MLP encoder of ``config.encoder`` for inputs of dimension ``in_dim``."""
-    from contrastlab.models import MLP
+    from contrastlab.models import MLP, ContrastiveModel, ProjectionHead
+    from contrastlab.models.registry import build_encoder as build_image_encoder
 
     e = config.encoder
-    return MLP(in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
+    model: nn.Module
+    if e.name == "mlp":
+        mlp = MLP(source.in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
+        model = mlp if source.kind == "vectors" else nn.Sequential(nn.Flatten(), mlp)
+    else:
+        channels, height, _ = source.input_shape
+        model = build_image_encoder(e.name, channels, height, e.out_dim, e.width)
+    return ContrastiveModel(model, ProjectionHead(e.out_dim, e.proj_dim)) if e.proj_dim else model
 
 
-def _loss_value(
-    config: LossConfig, a: Tensor, p: Tensor, batch: dict[str, Tensor], negatives: Tensor | None, *, gather: bool
+def call_loss(
+    config: LossConfig,
+    anchor: Tensor,
+    positive: Tensor,
+    *,
+    labels: Tensor | None = None,
+    negatives: Tensor | None = None,
+    gather: bool = False,
 ) -> Tensor:
-    # gather=True in training: under torchrun each rank contrasts its anchors with every rank's
-    # candidates (a no-op in one process); evaluation runs on rank 0 alone and never gathers.
-    from contrastlab import losses
+    """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
-    if config.name in ("info_nce", "dcl"):
-        return losses.info_nce(
-            a,
-            p,
-            negatives,
-            temperature=config.temperature,
-            variant="dcl" if config.name == "dcl" else "infonce",
-            symmetric=config.symmetric,
-            normalize=config.normalize,
-            gather=gather,
-        )
-    if config.name == "nt_xent":
-        return losses.nt_xent(a, p, temperature=config.temperature, gather=gather)
-    if config.name == "weince":
-        # return_stats=False (the default) returns the loss alone
-        return cast(Tensor, losses.weince(a, p, temperature=config.temperature, gather=gather))
-    if "labels" not in batch:
-        raise ValueError("loss.name is 'supcon' but the dataset gives no labels")
-    labels = batch["labels"]
-    return losses.supcon(torch.cat([a, p]), torch.cat([labels, labels]), temperature=config.temperature, gather=gather)
+    The loss function gets ``(anchor, positive[, negatives])`` — or ``(cat(anchor, positive),
+    cat(labels, labels))`` when it takes ``labels`` — and, among ``temperature``, ``symmetric``,
+    ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``.
+
+    Args:
+        config: the loss.
+        anchor: ``(N, D)`` embeddings of the anchors.
+        positive: ``(N, D)`` embeddings of their positives.
+        labels: ``(N,)`` class labels (losses with a ``labels`` argument).
+        negatives: ``(M, D)`` or ``(N, K, D)`` fresh negatives.
+        gather: contrast with every rank's candidates under torchrun (a no-op in one process).
+
+    Returns:
+        The scalar loss.
+    """
+    fn = loss_registry()[config.name]
+    params = _parameters(fn)
+    given = {"temperature": config.temperature, "symmetric": config.symmetric, "normalize": config.normalize}
+    kwargs = {k: v for k, v in given.items() if k in params}
+    if "gather" in params:
+        kwargs["gather"] = gather
+    kwargs.update(config.options)
+    if "labels" in params:
+        if labels is None:
+            raise ValueError(f"labels must be given for loss {config.name!r}")
+        return cast(Tensor, fn(torch.cat([anchor, positive]), torch.cat([labels, labels]), **kwargs))
+    args = (anchor, positive) if negatives is None else (anchor, positive, negatives)
+    return cast(Tensor, fn(*args, **kwargs))
 
 
 def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
-    """``(model, batch) -> loss`` for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``."""
+    """``(model, batch) -> loss`` for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
+
+    Anchors, positives and fresh negatives go through the model in one pass (BatchNorm sees them all).
+    Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
+    """
 
     def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
         n = batch["anchor"].shape[0]
         raw = batch.get("negatives")
+        labels = batch.get("labels")
         if raw is None:
             a, p = model(torch.cat([batch["anchor"], batch["positive"]])).split(n)
-            return _loss_value(config.loss, a, p, batch, None, gather=True)
-        flat = raw.reshape(-1, raw.shape[-1])
+            return call_loss(config.loss, a, p, labels=labels, gather=True)
+        shape = batch["anchor"].shape[1:]
+        flat = raw.reshape(-1, *shape)
         emb = model(torch.cat([batch["anchor"], batch["positive"], flat]))
         a, p, negs = emb[:n], emb[n : 2 * n], emb[2 * n :]
-        negs = negs.view(*raw.shape[:-1], -1)
-        return _loss_value(config.loss, a, p, batch, negs, gather=True)
+        negs = negs.view(*raw.shape[: raw.ndim - len(shape)], -1)
+        return call_loss(config.loss, a, p, labels=labels, negatives=negs, gather=True)
 
     return loss_fn
 
 
-def _linear_r2(emb: Tensor, latent: Tensor) -> float:
-    """R² of the least-squares affine map from embeddings to true latents (float64), averaged over dims.
+def _embed(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
+    """``model`` over ``x`` in blocks of ``rows`` rows (bounded memory), float32 on ``device``.
 
-    Solved with numpy (LAPACK through OpenBLAS): MKL's ``torch.linalg.lstsq`` gave last-bit differences
-    for the same inputs at different memory addresses, which broke bit-identical reruns.
+    ``uint8`` images are scaled to [0, 1] block by block, so a large image set is never held in float.
     """
-    e = emb.detach().double().cpu().numpy()
-    x = np.concatenate([e, np.ones((e.shape[0], 1))], axis=1)
-    y = latent.detach().double().cpu().numpy()
-    coef = np.linalg.lstsq(x, y, rcond=None)[0]
-    ss_res = ((y - x @ coef) ** 2).sum(axis=0)
-    ss_tot = ((y - y.mean(axis=0)) ** 2).sum(axis=0)
-    return float((1.0 - ss_res / ss_tot).mean())
+
+    def block(i: int) -> Tensor:
+        xb = x[i : i + rows].to(device)
+        return xb.float() / 255.0 if xb.dtype == torch.uint8 else xb
+
+    return torch.cat([model(block(i)).float() for i in range(0, x.shape[0], rows)])
 
 
 def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, int], dict[str, float]]:
-    """Held-out metrics: loss, alignment, uniformity and, with latents, linear R².
+    """Held-out metrics: loss, alignment, uniformity; with latents the linear R²; with labels a linear probe.
 
     The loss is the mean over consecutive held-out chunks of ``data.batch_size`` pairs with in-batch
     negatives, so it is comparable with the training loss (same number of negatives).
 
-    Alignment and uniformity follow Wang & Isola (2020), eqs. 4–5 (α = 2, t = 2); the R² is the
-    linear-identifiability score of Zimmermann et al. (2021) (affine least squares, mean over dims).
+    Alignment and uniformity follow Wang & Isola (2020, arXiv 2005.10242), eqs. 4–5 (α = 2, t = 2) on the
+    loss's embeddings. ``latent_r2`` is the linear-identifiability score of Zimmermann et al. (2021,
+    arXiv 2102.08850): :func:`contrastlab.eval.identifiability.linear_r2` of the true latents on the
+    (normalised) representation, fitted on half the held-out rows and scored on the other half.
+    ``probe_accuracy`` is a linear probe (:func:`contrastlab.eval.probe.linear_probe`) on the frozen
+    representation of un-augmented images, fitted on ``eval.probe_n`` training images, scored on the held-out ones.
     """
+    from contrastlab.eval.identifiability import linear_r2
+    from contrastlab.eval.probe import linear_probe
     from contrastlab.losses import alignment, uniformity
 
     held_out = source.eval_batch
+    b = min(config.data.batch_size, held_out["anchor"].shape[0])
 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
-        a = model(held_out["anchor"].to(device)).float()
-        p = model(held_out["positive"].to(device)).float()
-        # the loss over held-out chunks of the training batch size (the same number of negatives)
-        b = min(config.data.batch_size, a.shape[0])
-        chunks = [(i, i + b) for i in range(0, a.shape[0] - b + 1, b)]
+        represent = cast(nn.Module, getattr(model, "encoder", model))
+        a = _embed(model, held_out["anchor"], device, b)
+        p = _embed(model, held_out["positive"], device, b)
+        labels = held_out.get("labels")
         chunk_losses = [
             float(
-                _loss_value(config.loss, a[i:j], p[i:j], {k: v[i:j] for k, v in held_out.items()}, None, gather=False)
+                call_loss(
+                    config.loss,
+                    a[i : i + b],
+                    p[i : i + b],
+                    labels=None if labels is None else labels[i : i + b].to(device),
+                )
             )
-            for i, j in chunks
+            for i in range(0, a.shape[0] - b + 1, b)
         ]
         out = {
             "loss": sum(chunk_losses) / len(chunk_losses),
@@ -333,11 +513,26 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
             "uniformity": float(uniformity(a)),
         }
         if "latent" in held_out:
-            emb = torch.nn.functional.normalize(a, dim=1) if config.loss.normalize else a
-            out["latent_r2"] = _linear_r2(emb, held_out["latent"].to(device))
+            rep = a if represent is model else _embed(represent, held_out["anchor"], device, b)
+            rep = torch.nn.functional.normalize(rep, dim=1) if config.loss.normalize else rep
+            out["latent_r2"] = linear_r2(held_out["latent"], rep.cpu(), seed=config.eval.seed)
+        if source.probe_train is not None:
+            train_x = _embed(represent, source.probe_train["clean"], device, b).cpu()
+            test_x = _embed(represent, held_out["clean"], device, b).cpu()
+            probe = linear_probe(
+                train_x, source.probe_train["labels"], test_x, held_out["labels"], num_classes=source.num_classes
+            )
+            out["probe_accuracy"] = probe.accuracy
         return out
 
     return eval_fn
+
+
+def _describe_encoder(config: JobConfig) -> str:
+    e = config.encoder
+    what = f"a {len(e.hidden)}-hidden-layer MLP encoder" if e.name == "mlp" else f"a {e.name} encoder"
+    head = f" with a {e.proj_dim}-d projection head" if e.proj_dim else ""
+    return f"{what} ({e.out_dim}-d embeddings){head}"
 
 
 def run_job(
@@ -345,7 +540,8 @@ def run_job(
 ) -> dict[str, Any]:
     """Train the run ``config`` describes and write its results.
 
-    Writes ``config.json`` (the resolved config), ``metrics.jsonl`` and checkpoints (by
+    Builds the data source and checks the combination (:func:`check_job`) before anything is written,
+    then writes ``config.json`` (the resolved config), ``metrics.jsonl`` and checkpoints (by
     :func:`~contrastlab.train.fit`) and ``results.json`` (summary, metrics, a final-evaluation table;
     the layout of ``docs/contracts.md``) into ``out_dir``.
 
@@ -359,26 +555,25 @@ def run_job(
         The results dict.
 
     Raises:
-        contrastlab.train.ConfigError: ``data.name`` is not in :data:`DATA_BUILDERS`.
+        contrastlab.train.ConfigError: data, encoder and loss do not fit together (the field is named).
+        contrastlab.data.DatasetNotFoundError: an image dataset's files are not under ``data.root``.
     """
     import contrastlab
-    from contrastlab.experiments import host_info
+    from contrastlab import distributed as cd
+    from contrastlab.host import host_info
     from contrastlab.io import write_json_atomic
     from contrastlab.train.trainer import fit
 
-    if config.data.name not in DATA_BUILDERS:
-        raise ConfigError(f"data.name must be one of {tuple(DATA_BUILDERS)}, got {config.data.name!r}")
-    from contrastlab import distributed as cd
-
+    source = DATA_BUILDERS[config.data.name](config)
+    check_job(config, source)
     is_main = cd.rank() == 0  # under torchrun, rank 0 alone writes files
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = to_dict(config)
     if is_main:
         write_json_atomic(out / "config.json", cfg)
-    source = DATA_BUILDERS[config.data.name](config)
     torch.manual_seed(config.train.seed)  # the encoder's initialisation
-    model = build_encoder(config, source.in_dim)
+    model = build_encoder(config, source)
     eval_fn = make_eval_fn(config, source)
     result = fit(
         model, make_loss_fn(config), source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn
@@ -386,13 +581,17 @@ def run_job(
     final = result.final_eval
     last = result.history[-1] if result.history else {}
     metrics = {"train_loss": last.get("loss"), **{f"eval_{k}": v for k, v in final.items()}}
+    extras = "".join(
+        f", {label} {final[key]:.4f}"
+        for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
+        if key in final
+    )
     summary = (
-        f"Trained a {len(config.encoder.hidden)}-hidden-layer MLP encoder ({config.encoder.out_dim}-d embeddings) with "
-        f"{config.loss.name} (τ = {config.loss.temperature}) on `{config.data.name}` for {result.steps} steps "
-        f"(batch {config.data.batch_size}, seed {config.train.seed}) in {result.seconds:.1f} s. "
-        f"Held-out: loss {final.get('loss', float('nan')):.4f}, alignment {final.get('alignment', float('nan')):.4f}, "
-        f"uniformity {final.get('uniformity', float('nan')):.4f}"
-        + (f", linear latent R² {final['latent_r2']:.4f}." if "latent_r2" in final else ".")
+        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}) on "
+        f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
+        f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
+        f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
+        f"{extras}."
     )
     results: dict[str, Any] = {
         "name": "train",

@@ -16,10 +16,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -39,11 +39,23 @@ from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
 from contrastlab.train.schedule import LRSchedule
 
-__all__ = ["fit", "TrainResult", "resolve_device", "METRICS_NAME"]
+__all__ = ["fit", "TrainResult", "Stateful", "resolve_device", "METRICS_NAME"]
 
 METRICS_NAME = "metrics.jsonl"
 
 LossFn = Callable[[nn.Module, Any], "Tensor | tuple[Tensor, dict[str, float]]"]
+
+
+class Stateful(Protocol):
+    """Anything with ``state_dict()``/``load_state_dict()`` of tensors and plain values (a queue, a cache)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to checkpoint: tensors, numbers, strings and dicts/lists of them."""
+        ...
+
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any:
+        """Restore what :meth:`state_dict` returned."""
+        ...
 
 
 @dataclass
@@ -212,6 +224,7 @@ def fit(
     resume: bool = False,
     eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
     on_step: Callable[[nn.Module, int, Tensor], None] | None = None,
+    extra_state: Mapping[str, Stateful] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` optimiser steps.
 
@@ -239,13 +252,16 @@ def fit(
         resume: continue from the newest checkpoint in ``out_dir``.
         eval_fn: ``(model, step) -> {metric: float}``.
         on_step: called after each optimiser step with ``(model, step, loss)``.
+        extra_state: more state to checkpoint and restore with the model, by name (e.g. a queue of
+            negatives): each object's ``state_dict()`` is saved under ``checkpoint["extra"][name]`` and
+            given back to its ``load_state_dict`` on resume.
 
     Returns:
         A :class:`TrainResult`; the model is in eval mode.
 
     Raises:
-        ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed,
-            ``device`` unavailable, or a loss that is not a scalar tensor.
+        ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed or
+            with other ``extra_state`` names, ``device`` unavailable, or a loss that is not a scalar tensor.
         contrastlab.train.CheckpointError: checkpoint files exist but none loads.
         KeyboardInterrupt: on SIGINT, after the checkpoint is written.
     """
@@ -286,6 +302,7 @@ def fit(
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
     identity = {"seed": config.seed, "optim": to_dict(config.optim), "precision": config.precision}
+    extras = dict(extra_state or {})
 
     start = 0
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -302,7 +319,15 @@ def fit(
                         f"config.{key} differs from the checkpoint in {out} ({value!r} vs {saved!r}); "
                         "resume with the config the run started with"
                     )
+            saved_extra = state.get("extra", {})
+            if sorted(saved_extra) != sorted(extras):
+                raise ValueError(
+                    f"extra_state has {sorted(extras)} but the checkpoint in {out} has {sorted(saved_extra)}; "
+                    "resume with the state the run started with"
+                )
             model.load_state_dict(state["model"])
+            for name, obj in extras.items():
+                obj.load_state_dict(saved_extra[name])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
             if use_scaler and state.get("scaler"):
@@ -326,7 +351,7 @@ def fit(
         if out is None or not is_main:
             return
         state = {
-            "format": 1,
+            "format": 2,
             "step": step,
             "identity": identity,
             "model": model.state_dict(),
@@ -336,6 +361,7 @@ def fit(
             "rng": capture_rng(),
             "loss_sum": loss_sum.detach().cpu(),
             "loss_count": loss_count,
+            "extra": {name: obj.state_dict() for name, obj in extras.items()},
         }
         save_checkpoint(state, out)
 

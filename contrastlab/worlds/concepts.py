@@ -12,8 +12,8 @@ Every item also has an input feature vector for encoders: a hierarchical random 
 (``x_child = x_parent + level_scale · level_decay^(depth-1) · ε``), so items of one subtree lie close
 in input space; a *view* adds isotropic Gaussian noise of scale ``view_noise``.
 
-This is the synthetic world of Su, Ren & Veitch ("Optimization Dynamics Imprint Semantic Specificity
-in Contrastive Embedding Norms"; only the abstract is public, see ``papers.md`` §3.2), built here as a
+This is the synthetic world of Su, Ren & Veitch 2026 ("Optimization Dynamics Imprint Semantic Specificity
+in Contrastive Embedding Norms", arXiv 2606.30625; only the abstract is public), built here as a
 measurement device: the experiment ``norm-dynamics`` measures what the norms do on it.
 """
 
@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrastlab._checks import check_int as _check_int
 from contrastlab._checks import check_positive_float
 
 __all__ = ["ConceptBatch", "ConceptWorld"]
@@ -46,14 +47,6 @@ class ConceptBatch:
     positive: Tensor
     x_anchor: Tensor | None = None
     x_positive: Tensor | None = None
-
-
-def _check_int(name: str, value: object, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}, got {value}")
-    return int(value)
 
 
 def _check_unit(name: str, value: object) -> float:

@@ -20,6 +20,8 @@ References:
     Identity, Linear, Spiral, Patches and invertible-MLP generators of §5 / Table 1).
     R. S. Zimmermann et al., "Contrastive Learning Inverts the Data Generating Process", ICML 2021
     (cl-ica: the invertible leaky-ReLU MLP mixing).
+    The monomial embedding is the degree-7 S⁹ → R⁷⁰ generator of the paper's progressive-violation
+    experiment.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
+from contrastlab._checks import check_int as _check_int
+
 __all__ = [
     "MIXINGS",
     "INVERSE_ENCODERS",
@@ -40,6 +44,7 @@ __all__ = [
     "SpiralMixing",
     "PatchesMixing",
     "LeakyMLPMixing",
+    "MonomialMixing",
     "LinearInverseEncoder",
     "InverseSpiralEncoder",
     "SoftInversePatchesEncoder",
@@ -48,14 +53,6 @@ __all__ = [
     "make_inverse_encoder",
     "random_orthogonal",
 ]
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return value
 
 
 def _check_range(name: str, value: tuple[float, float]) -> tuple[float, float]:
@@ -359,12 +356,45 @@ class LeakyMLPMixing(Mixing):
         return h
 
 
+class MonomialMixing(Mixing):
+    """Monomial embedding g(z) = (z₁, z₁², …, z₁^D, z₂, …, z₂^D, …, z_d^D).
+
+    The progressive-violation generator of Zaliaduonis et al. (2026), §5: S⁹ → R⁷⁰ with degree D = 7. Each latent coordinate is replaced by its first D powers, coordinate by coordinate, so the output
+    has ``d · D`` entries and the entry ``i · D + (p − 1)`` is z_i^p. It is deterministic (no
+    parameters) and injective on all of R^d because the degree-1 block is z itself; the inverse reads
+    those entries, which is exact on the image. Entries lie in [−1, 1] on the sphere, and the high
+    powers are small except near the poles |z_i| ≈ 1, so the map is strongly non-linear but smooth.
+
+    Args:
+        latent_dim: d.
+        seed: unused (deterministic map); accepted for the common factory signature.
+        degree: D >= 1, the highest power (the paper: 7).
+    """
+
+    exponents: Tensor
+
+    def __init__(self, latent_dim: int, *, seed: int = 0, degree: int = 7) -> None:
+        d = _check_int("latent_dim", latent_dim, 1)
+        self.degree = _check_int("degree", degree, 1)
+        super().__init__(d, d * self.degree)
+        self.seed = seed
+        self.register_buffer("exponents", torch.arange(1, self.degree + 1, dtype=torch.float64))
+
+    def _forward(self, z: Tensor) -> Tensor:
+        # (N, d, 1) ** (D,) -> (N, d, D): row-major flattening keeps each coordinate's powers together.
+        return z.unsqueeze(-1).pow(self.exponents).reshape(z.shape[0], -1)
+
+    def _inverse(self, x: Tensor) -> Tensor:
+        return x[:, :: self.degree].clone()
+
+
 MIXINGS: dict[str, type[Mixing]] = {
     "identity": IdentityMixing,
     "linear": LinearMixing,
     "spiral": SpiralMixing,
     "patches": PatchesMixing,
     "mlp": LeakyMLPMixing,
+    "monomial": MonomialMixing,
 }
 """Generator name → class; every class is constructed as ``cls(latent_dim, seed=seed, ...)``."""
 
@@ -380,13 +410,14 @@ def make_mixing(
     n_layers: int = 3,
     slope: float = 0.2,
     singular_range: tuple[float, float] = (0.5, 1.5),
+    degree: int = 7,
 ) -> Mixing:
     """Build the generator ``name`` for latents on S^{latent_dim − 1}, deterministically from ``seed``.
 
     Options that do not apply to ``name`` are ignored (e.g. ``n_slices`` for "spiral").
 
     Args:
-        name: one of ``MIXINGS``: "identity", "linear", "spiral", "patches", "mlp".
+        name: one of ``MIXINGS``: "identity", "linear", "spiral", "patches", "mlp", "monomial".
         latent_dim: d.
         seed: seed of the random parameters (Linear, MLP).
         out_dim: observation dimension of "linear" (default d + 4).
@@ -395,6 +426,7 @@ def make_mixing(
         n_layers: depth of "mlp".
         slope: leaky-ReLU slope of "mlp".
         singular_range: singular-value bounds of "linear" and of each "mlp" layer.
+        degree: highest power of "monomial".
 
     Returns:
         A frozen :class:`Mixing`.
@@ -418,6 +450,8 @@ def make_mixing(
         m = SpiralMixing(latent_dim, seed=seed, n_periods=n_periods)
     elif name == "patches":
         m = PatchesMixing(latent_dim, seed=seed, n_slices=n_slices)
+    elif name == "monomial":
+        m = MonomialMixing(latent_dim, seed=seed, degree=degree)
     else:
         m = LeakyMLPMixing(latent_dim, seed=seed, n_layers=n_layers, slope=slope, singular_range=singular_range)
     return m.requires_grad_(False).eval()

@@ -25,60 +25,11 @@ from contrastlab.data import (
     load_tiny_imagenet,
 )
 from contrastlab.data.cifar import restricted_load
-
-RNG = np.random.default_rng(0)
-
-
-def _py2_style_pickle(obj: object) -> bytes:
-    """Protocol 2 with numpy's pre-2.0 module path, as in the real CIFAR archives.
-
-    (Python 3 writes bytes at protocol 2 through ``_codecs.encode(str, "latin1")``; Python 2 wrote them as
-    plain strings. The unpickler accepts both.)
-    """
-    data = pickle.dumps(obj, protocol=2)
-    return data.replace(b"numpy._core.multiarray", b"numpy.core.multiarray")
-
-
-def _cifar_batch(n: int, label_keys: dict[str, list[int]]) -> tuple[bytes, np.ndarray]:
-    images = RNG.integers(0, 256, size=(n, 3, 32, 32), dtype=np.uint8)
-    d: dict[bytes, object] = {b"batch_label": b"training batch", b"data": images.reshape(n, 3072)}
-    d[b"filenames"] = [f"img_{i}.png".encode() for i in range(n)]
-    for k, v in label_keys.items():
-        d[k.encode()] = v
-    data = _py2_style_pickle(d)
-    assert b"cnumpy.core.multiarray\n_reconstruct\n" in data  # the path numpy 1.x wrote
-    return data, images
-
-
-def _write_cifar10(root: Path, n: int = 3) -> dict[str, tuple[np.ndarray, list[int]]]:
-    folder = root / "cifar-10-batches-py"
-    folder.mkdir(parents=True)
-    written = {}
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        labels = RNG.integers(0, 10, size=n).tolist()
-        data, images = _cifar_batch(n, {"labels": labels})
-        (folder / name).write_bytes(data)
-        written[name] = (images, labels)
-    names = [
-        b"airplane",
-        b"automobile",
-        b"bird",
-        b"cat",
-        b"deer",
-        b"dog",
-        b"frog",
-        b"horse",
-        b"ship",
-        b"truck",
-    ]
-    (folder / "batches.meta").write_bytes(
-        _py2_style_pickle({b"label_names": names, b"num_cases_per_batch": n, b"num_vis": 3072})
-    )
-    return written
+from tests.data.writers import RNG, cifar_batch, py2_style_pickle, write_cifar10
 
 
 def test_cifar10_reads_python_batches(tmp_path: Path) -> None:
-    written = _write_cifar10(tmp_path)
+    written = write_cifar10(tmp_path)
     train = load_cifar10(tmp_path, "train")
     assert train.images.shape == (15, 3, 32, 32) and train.images.dtype == torch.uint8
     expected = np.concatenate([written[f"data_batch_{i}"][0] for i in range(1, 6)])
@@ -94,12 +45,12 @@ def test_cifar100_fine_and_coarse(tmp_path: Path) -> None:
     folder = tmp_path / "cifar-100-python"
     folder.mkdir()
     fine, coarse = [3, 99, 0, 42], [1, 19, 0, 7]
-    data, images = _cifar_batch(4, {"fine_labels": fine, "coarse_labels": coarse})
+    data, images = cifar_batch(4, {"fine_labels": fine, "coarse_labels": coarse})
     (folder / "train").write_bytes(data)
     (folder / "test").write_bytes(data)
     meta = {b"fine_label_names": [f"f{i}".encode() for i in range(100)],
             b"coarse_label_names": [f"c{i}".encode() for i in range(20)]}  # fmt: skip
-    (folder / "meta").write_bytes(_py2_style_pickle(meta))
+    (folder / "meta").write_bytes(py2_style_pickle(meta))
     ds = load_cifar100(tmp_path, "train")
     assert ds.labels.tolist() == fine and ds.num_classes == 100 and ds.classes[99] == "f99"
     assert np.array_equal(ds.images.numpy(), images)
@@ -145,7 +96,7 @@ def test_restricted_unpickler_refuses_object_arrays_and_other_globals(tmp_path: 
 
 
 def test_cifar10_refuses_a_malicious_batch(tmp_path: Path) -> None:
-    _write_cifar10(tmp_path)
+    write_cifar10(tmp_path)
     (tmp_path / "cifar-10-batches-py" / "data_batch_3").write_bytes(pickle.dumps(_Evil(), protocol=2))
     with pytest.raises(pickle.UnpicklingError):
         load_cifar10(tmp_path, "train")
@@ -247,7 +198,7 @@ def test_missing_root_says_where_to_put_files(tmp_path: Path, name: str) -> None
 
 
 def test_dataset_available_and_registry_errors(tmp_path: Path) -> None:
-    _write_cifar10(tmp_path)
+    write_cifar10(tmp_path)
     assert dataset_available("cifar10", tmp_path, "train") and dataset_available("cifar10", tmp_path, "test")
     assert dataset_available("cifar10", tmp_path / "cifar-10-batches-py")  # the extracted folder itself
     assert not dataset_available("cifar100", tmp_path)

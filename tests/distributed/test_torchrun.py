@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from contrastlab.train.checkpoint import load_checkpoint
+
 CONFIG = """
 data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}
 views: {kappa: 16.0}
@@ -57,8 +59,8 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym):
     assert [r["step"] for r in one] == [r["step"] for r in two]
     for r1, r2 in zip(one, two, strict=True):
         assert r2["loss"] == pytest.approx(r1["loss"], rel=1e-5), (r1, r2)
-    s1 = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)["model"]
-    s2 = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=True)["model"]
+    s1 = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["model"]
+    s2 = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
     for k in s1:
         torch.testing.assert_close(s2[k], s1[k], rtol=1e-4, atol=1e-5)
     # rank 0 alone wrote the results

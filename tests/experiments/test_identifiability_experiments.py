@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from contrastlab.experiments import (
+    _latent_cl,
     constraint_ratio,
     get_experiment,
     identifiability_table,
@@ -14,7 +15,7 @@ from contrastlab.experiments import (
     progressive_violation,
     validate_results,
 )
-from contrastlab.experiments._latent_cl import LatentRun, train_latent
+from contrastlab.experiments._latent_cl import LatentRun, interval95, run_cached, train_latent
 
 
 def test_registered() -> None:
@@ -39,7 +40,10 @@ def test_identifiability_table_tiny(tmp_path: Path) -> None:
     )
     res = validate_results(identifiability_table.run(cfg, tmp_path), tmp_path)
     assert len(res["tables"][0]["rows"]) == 1
-    assert res["tables"][0]["rows"][0][2] == "1.00"  # the paper's Identity/holds entry sits next to ours
+    row = res["tables"][0]["rows"][0]
+    assert row[3] == "1.00"  # the paper's Identity/holds entry sits next to ours and our interval
+    lo, hi = (float(v) for v in row[2].strip("[]").split(","))
+    assert lo <= float(row[1].split(" ± ")[0]) <= hi
     assert (tmp_path / "identifiability_table.png").exists()
     assert (tmp_path / "train" / "identity__corrected__1" / "metrics.jsonl").exists()
     assert 0 <= res["metrics"]["mcc/identity/inverse"] <= 1
@@ -48,6 +52,7 @@ def test_identifiability_table_tiny(tmp_path: Path) -> None:
 def test_progressive_and_constraint_tiny(tmp_path: Path) -> None:
     cfg = replace(
         progressive_violation.QUICK,
+        generators=("linear", "monomial"),
         d=4,
         d_fixed=(0, 3, 4),
         steps=2,
@@ -58,6 +63,8 @@ def test_progressive_and_constraint_tiny(tmp_path: Path) -> None:
     )
     res = validate_results(progressive_violation.run(cfg, tmp_path / "pv"), tmp_path / "pv")
     assert [r[0] for r in res["tables"][0]["rows"]] == [0, 3, 4]
+    assert "r2/monomial/d_fixed=3" in res["metrics"]
+    assert progressive_violation.Config().generators == ("linear", "monomial")  # the paper's pair
     cfg2 = replace(
         constraint_ratio.QUICK, rhos=(0.0, 0.5, 1.0), steps=2, batch_size=8, n_negatives=4, hidden=(8,), n_test=64
     )
@@ -87,3 +94,32 @@ def test_latent_run_is_deterministic() -> None:
     run = LatentRun(steps=3, batch_size=16, n_negatives=8, hidden=(8,), n_test=64, rho=0.5)
     a, b = train_latent(run), train_latent(run)
     assert a["r2"] == b["r2"] and a["final_loss"] == b["final_loss"]
+
+
+def test_run_cached_records_and_reuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = LatentRun(steps=2, batch_size=8, n_negatives=8, hidden=(8,), n_test=32)
+    first = run_cached(run, tmp_path)
+    assert (tmp_path / "result.json").is_file()
+
+    def no_training(*args: object, **kwargs: object) -> dict[str, float]:
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(_latent_cl, "train_latent", no_training)
+    assert run_cached(run, tmp_path) == first  # same settings: read back, not retrained
+    with pytest.raises(AssertionError, match="trained again"):
+        run_cached(LatentRun(**{**run.__dict__, "seed": 1}), tmp_path)  # other settings: retrained
+    monkeypatch.undo()
+    (tmp_path / "result.json").write_text("{not json", encoding="utf-8")
+    again = run_cached(run, tmp_path)  # an unreadable record is replaced by a fresh (deterministic) run
+    assert again["r2"] == first["r2"]
+
+
+def test_interval95() -> None:
+    rows = [{"v": 1.0}, {"v": 2.0}, {"v": 3.0}]
+    m, lo, hi = interval95(rows, "v")
+    # mean 2, sd 1; with 2 degrees of freedom the t quantile has the closed form
+    # t_p = (2p − 1) / √(2p(1 − p)), so t_{0.975, 2} = 0.95 / √0.04875 ≈ 4.3027 and the half-width is t / √3.
+    t = 0.95 / 0.04875**0.5
+    assert m == 2.0
+    assert abs((hi - lo) / 2 - t / 3**0.5) < 1e-9
+    assert interval95([{"v": 0.5}], "v") == (0.5, 0.5, 0.5)

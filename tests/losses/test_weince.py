@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from contrastlab.losses import WEINCELoss, info_nce, nt_xent, weince
 from contrastlab.losses.weince import (
+    ENDPOINT_SHORTFALL,
     GlobalBetaConfig,
     anchor_tail_stats,
     global_tail_beta,
@@ -197,6 +198,36 @@ def test_statistics_match_in_float32_too():
     _, stats = weince(za, zb, return_stats=True)
     _, _, lam = naive_stats(_simclr_negatives(za, zb))
     np.testing.assert_allclose(stats.tail.lam.numpy(), lam, atol=2e-3)
+
+
+def _clustered(n: int, d: int, clusters: int, sigma: float, seed: int):
+    """Float32 views around ``clusters`` unit centres: every view's hardest negatives crowd s = 1."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.nn.functional.normalize(torch.randn(clusters, d, generator=g, dtype=torch.float64), dim=1)
+    c = centres[torch.arange(n) % clusters]
+    noise = torch.randn(3, n, d, generator=g, dtype=torch.float64)
+    return (c + sigma * noise[0]).float(), (c + sigma * noise[1]).float(), (c + sigma * noise[2]).float()
+
+
+@pytest.mark.parametrize("negs", [None, "shared", "per_anchor"])
+@pytest.mark.parametrize("sigma", [0.01, 0.001])
+def test_float32_statistics_near_the_endpoint_equal_float64(negs, sigma):
+    # Clustered views: every row's largest negative cosine is within ENDPOINT_SHORTFALL of 1 (asserted),
+    # 1 − s down to ~1e-4. In float32 those rows' tails are recomputed from float64 cosines, so the
+    # statistics are the float64 computation on the same (float32-representable) inputs, up to float64
+    # rounding: a cosine errs by ≤ D·2⁻⁵³ ≈ 4e-15 (D = 32), x = log(1 − s) by ≤ 4e-15/1e-5 = 4e-10, and
+    # the fits (S_xx of order 1, n_eff ≥ 15 points) pass that on to β̂ and λ at the same order; ΔAIC =
+    # n·log(SSE_G/SSE_W) multiplies it by n/SSE, bounded here by 1e-6.
+    za, zb, extra = _clustered(64, 32, 4, sigma, seed=3)
+    neg = None if negs is None else extra if negs == "shared" else torch.stack([extra.roll(i, 0) for i in range(40)], 1)
+    _, s32 = weince(za, zb, neg, return_stats=True)
+    _, s64 = weince(za.double(), zb.double(), None if neg is None else neg.double(), return_stats=True)
+    t32, t64 = s32.tail, s64.tail
+    assert float(t64.rho.max()) < ENDPOINT_SHORTFALL  # every row crowds the endpoint
+    assert float(t64.rho.min()) > 1e-5
+    np.testing.assert_allclose(t32.lam.numpy(), t64.lam.numpy(), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(t32.beta_hat.numpy(), t64.beta_hat.numpy(), rtol=1e-9, atol=0)
+    np.testing.assert_allclose(t32.delta_aic.numpy(), t64.delta_aic.numpy(), rtol=0, atol=1e-6)
 
 
 def test_tail_size_as_coded():
@@ -426,7 +457,7 @@ def test_fused_kernel_paths_equal_autograd_reference(reduction, kw):
 
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
-    from contrastlab.losses.weince import _WeinceSimCLR
+    from contrastlab.losses.weince_kernels import _WeinceSimCLR
 
     g = torch.Generator().manual_seed(4)
     k = torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=1)
@@ -452,7 +483,7 @@ def test_gradient_made_ahead_recomputes_for_unequal_rows():
 @pytest.mark.parametrize("shape", [(7, 30), (1, 500), (40, 12)])
 def test_top_values_equals_topk(shape):
     """Both numpy selections (whole-row sort for many rows, partition for one) equal torch.topk."""
-    from contrastlab.losses.weince import _top_values
+    from contrastlab.losses.weince_tail import _top_values
 
     g = torch.Generator().manual_seed(5)
     x = torch.randn(*shape, generator=g)

@@ -96,3 +96,16 @@ def test_missing_runs_and_figures(runs, tmp_path: Path) -> None:
     write_json_atomic(broken / "results.json", {"name": "c", "figures": [{"file": "gone.png", "caption": "x"}]})
     md, _ = write_report([broken], tmp_path / "out")
     assert "gone.png is missing" in md.read_text()
+
+
+def test_a_corrupted_results_json_is_refused_naming_the_file(runs, tmp_path: Path) -> None:
+    from contrastlab.io import CorruptFileError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    write_json_atomic(run / "results.json", {"name": "exp", "metrics": {"shared": 1.5}})
+    text = (run / "results.json").read_text()
+    (run / "results.json").write_text(text.replace('"shared": 1.5', '"shared": 7.5'))  # still valid JSON
+    with pytest.raises(CorruptFileError, match=r"results.json is corrupted"):
+        write_report([run], tmp_path / "out")
+    assert not (tmp_path / "out" / "report.md").exists()

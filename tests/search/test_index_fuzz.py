@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from hypothesis import given
 
+from contrastlab.io import CHECKSUM_KEY
 from contrastlab.search.index import EmbeddingIndex, IndexFormatError
-from fuzz.targets import FAMILIES, _resign_index, memory_cap
+from fuzz.targets import FAMILIES, checksummed_json, memory_cap, resign_index
 from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
 
 
@@ -36,8 +37,9 @@ def test_index_contract_with_resigned_sidecar(data: bytes) -> None:
 
 def _edit_meta(root: Path, **fields: object) -> None:
     meta = json.loads((root / "meta.json").read_text())
+    meta.pop(CHECKSUM_KEY)
     meta.update(fields)
-    (root / "meta.json").write_text(json.dumps(meta))
+    (root / "meta.json").write_bytes(checksummed_json(meta))  # a tamperer who recomputes the checksum
 
 
 def test_sidecar_cannot_list_other_files(tmp_path: Path) -> None:
@@ -61,7 +63,7 @@ def test_non_finite_ntotal_is_a_format_error(tmp_path: Path, value: float) -> No
 def test_deeply_nested_sidecar_is_a_format_error(tmp_path: Path) -> None:
     FAMILIES["index"].seeds(tmp_path, 0)
     (tmp_path / "meta.json").write_text("[" * 100_000 + "]" * 100_000)
-    with pytest.raises(IndexFormatError, match="not valid JSON"):
+    with pytest.raises(IndexFormatError, match="meta.json"):
         EmbeddingIndex.load(tmp_path)
 
 
@@ -69,7 +71,7 @@ def test_ids_header_claiming_1e12_rows_is_refused_before_allocating(tmp_path: Pa
     FAMILIES["index"].seeds(tmp_path, 0)
     ids = tmp_path / "ids.npy"
     ids.write_bytes(ids.read_bytes().replace(b"'shape': (6,)", b"'shape': (1000000000000,)"))
-    _resign_index(tmp_path)
+    resign_index(tmp_path)
     with memory_cap(MEMORY_BUDGET), pytest.raises(IndexFormatError, match="declares shape"):
         EmbeddingIndex.load(tmp_path)
 
@@ -78,7 +80,7 @@ def test_resigned_truncated_faiss_file_is_a_format_error(tmp_path: Path) -> None
     FAMILIES["index"].seeds(tmp_path, 0)
     f = tmp_path / "index.faiss"
     f.write_bytes(f.read_bytes()[:40])
-    _resign_index(tmp_path)
+    resign_index(tmp_path)
     with pytest.raises(IndexFormatError, match="cannot read the index files"):
         EmbeddingIndex.load(tmp_path)
     assert np.load(tmp_path / "ids.npy").shape == (6,)  # the other files were left valid

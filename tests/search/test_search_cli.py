@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from contrastlab.io import read_json_verified
 from contrastlab.search import EmbeddingIndex, evaluate_retrieval
 from contrastlab.search.cli import main
 
@@ -103,7 +104,7 @@ def test_build_query_evaluate_round_trip(files, capsys):
     )
     shown = capsys.readouterr().out
     assert "map@r" in shown and "recall@5" in shown
-    metrics = json.loads((d / "m.json").read_text())
+    metrics = read_json_verified(d / "m.json")
     ref = evaluate_retrieval(index, x[:20], lab[:20], ks=(1, 5), query_ids=np.arange(20))
     assert metrics == pytest.approx(ref)
 
@@ -153,14 +154,14 @@ def test_build_from_safetensors_with_keys_and_hnsw(files):
 
 def test_errors_are_one_line_with_exit_codes(files, capsys):
     d, _, _ = files
-    assert main(["build", "--embeddings", str(d / "missing.npy"), "--out", str(d / "i")]) == 1
+    assert main(["build", "--embeddings", str(d / "missing.npy"), "--out", str(d / "i")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--embeddings: no such file" in err
-    assert main(["build", "--embeddings", str(d / "x.safetensors"), "--out", str(d / "i")]) == 1
+    assert main(["build", "--embeddings", str(d / "x.safetensors"), "--out", str(d / "i")]) == 2
     assert "choose one with its --key option" in capsys.readouterr().err
-    assert main(["build", "--embeddings", str(d / "x.npy"), "--labels", str(d / "ql.npy"), "--out", str(d / "i")]) == 1
+    assert main(["build", "--embeddings", str(d / "x.npy"), "--labels", str(d / "ql.npy"), "--out", str(d / "i")]) == 2
     assert "--labels: expected shape (300,)" in capsys.readouterr().err
-    assert main(["query", "--index", str(d / "nope"), "--queries", str(d / "q.npy")]) == 1
+    assert main(["query", "--index", str(d / "nope"), "--queries", str(d / "q.npy")]) == 2
     assert "no meta.json" in capsys.readouterr().err
     assert main(["build", "--kind", "pq"]) == 2
     err = capsys.readouterr().err
@@ -168,3 +169,27 @@ def test_errors_are_one_line_with_exit_codes(files, capsys):
     assert main(["evaluate", "--index", "i", "--queries", "q", "--query-labels", "l", "-k", "1,x"]) == 2
     assert main([]) == 2
     assert main(["--help"]) == 0
+
+
+@pytest.mark.parametrize("shape", [(0, 20), (5, 0)])
+def test_build_refuses_an_empty_embeddings_file(tmp_path, capsys, shape):
+    np.save(tmp_path / "empty.npy", np.empty(shape, np.float32))
+    for kind in ("flat", "ivf", "hnsw"):
+        argv = ["build", "--embeddings", str(tmp_path / "empty.npy"), "--out", str(tmp_path / "idx"), "--kind", kind]
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"--embeddings: {tmp_path / 'empty.npy'} is empty (shape {shape})" in err
+    assert not (tmp_path / "idx").exists()  # no index, not even its folder
+
+
+def test_query_of_a_corrupted_index_exits_2_naming_the_file(files, capsys):
+    d, _, _ = files
+    assert main(["build", "--embeddings", str(d / "x.npy"), "--out", str(d / "idx"), "--no-progress"]) == 0
+    ids = d / "idx" / "ids.npy"
+    blob = bytearray(ids.read_bytes())
+    blob[-3] ^= 0x01  # one id changes: the file still loads, so only its checksum can tell
+    ids.write_bytes(bytes(blob))
+    capsys.readouterr()
+    assert main(["query", "--index", str(d / "idx"), "--queries", str(d / "q.npy"), "-k", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ids.npy is corrupted: its SHA-256 does not match meta.json" in err

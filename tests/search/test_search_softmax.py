@@ -129,7 +129,9 @@ def test_topk_bound_holds_and_is_exact_at_k_equals_n():
         exact = log_partition(q, c, temperature=tau)
         for k in (1, 10, 100):
             b = topk_log_partition(index, q, k, temperature=tau)
-            slack = 1e-6 * exact.abs()  # faiss and torch round the float32 scores differently
+            # faiss and torch round the float32 scores differently, each by at most (D + 2) u |q| |c|
+            # (Higham 2002, eq. 3.5); a log-sum-exp moves by at most its largest logit's error
+            slack = 2 * (16 + 2) * 2.0**-24 * q.double().norm(dim=1) * c.double().norm(dim=1).max() / tau
             assert (b.lower <= exact + slack).all() and (exact <= b.upper + slack).all()
             assert (b.max_error >= 0).all()
         full = topk_log_partition(index, q, 400, temperature=tau)
@@ -167,3 +169,18 @@ def test_errors_name_the_argument():
     flat.add(c)
     with pytest.raises(ValueError, match="^index must be exact"):
         topk_log_partition(flat, q, 3, temperature=0.1)
+
+
+@pytest.mark.parametrize("block_size", [None, 7, 64])
+def test_log_partition_both_conventions_against_torch_logsumexp(block_size):
+    """The sum (default) is logsumexp over all N rows; ``average=True`` is that minus log N, N counted over blocks."""
+    g = torch.Generator().manual_seed(4)
+    q, c = torch.randn(5, 6, generator=g, dtype=torch.float64), torch.randn(130, 6, generator=g, dtype=torch.float64)
+    lse = torch.logsumexp(q @ c.T / 0.3, dim=1)
+    got_sum = log_partition(q, c, temperature=0.3, block_size=block_size)
+    torch.testing.assert_close(got_sum, lse, rtol=1e-13, atol=1e-13)
+    for corpus in (c, [c[:50], c[50:51], c[51:]]):  # a tensor, and uneven blocks: N = 130 either way
+        got_mean = log_partition(q, corpus, temperature=0.3, block_size=block_size, average=True)
+        torch.testing.assert_close(got_mean, lse - math.log(130), rtol=1e-13, atol=1e-13)
+    with pytest.raises(TypeError, match="^average"):
+        log_partition(q, c, temperature=0.3, average=1)

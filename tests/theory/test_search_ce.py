@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from contrastlab.models import MLP
+from contrastlab.search import log_partition
 from contrastlab.theory.bounds import dcl_search_bound, prop1_bounds, prop2_bound
 from contrastlab.theory.risk import embed, infonce_risk
 from contrastlab.theory.search_ce import (
@@ -11,7 +12,6 @@ from contrastlab.theory.search_ce import (
     empirical_search_ce,
     ground_truth_population_ce,
     k_gap_estimates,
-    log_partition,
     model_kernel_log_density,
     population_ce,
     search_cross_entropy,
@@ -49,7 +49,7 @@ def test_population_ce_of_ground_truth_matches_closed_form() -> None:
 def test_log_partition_streams_exactly() -> None:
     q, r = _unit(7, 4, seed=1), _unit(1000, 4, seed=2)
     expected = torch.logsumexp(q @ r.T / 0.2, dim=1) - math.log(1000)
-    got = log_partition(q, r, temperature=0.2, query_chunk=3, ref_chunk=97)
+    got = log_partition(q, r, temperature=0.2, block_size=97, average=True)
     torch.testing.assert_close(got, expected, rtol=1e-13, atol=1e-13)
     # The model kernel's density integrates to 1 against the reference's empirical measure.
     dens = model_kernel_log_density(q, r, got, temperature=0.2).exp().mean(1)

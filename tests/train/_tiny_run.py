@@ -1,12 +1,14 @@
 """A tiny deterministic training run shared by the trainer tests and their subprocesses.
 
-Run as a script: ``python _tiny_run.py OUT_DIR STOP_AT`` trains with checkpoints every 5 steps and,
-after step STOP_AT, prints "ready" and sleeps so the parent can SIGKILL (or SIGINT) it.
+Run as a script: ``python _tiny_run.py OUT_DIR STOP_AT [--threads N] [--fragment] [--resume]`` trains
+with checkpoints every 5 steps and, after step STOP_AT (0: never), prints "ready" and sleeps so the parent
+can SIGKILL (or SIGINT) it. ``--threads`` sets ``torch.set_num_threads`` (default 1), ``--fragment``
+allocates and frees tensors of odd sizes first, so that the run's tensors land at other addresses and
+alignments, and ``--resume`` continues from the checkpoint in OUT_DIR.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -57,13 +59,29 @@ def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
     return {"norm": float(model(x).norm(dim=1).mean()), "rand": float(torch.rand(()))}
 
 
+def fragment_heap() -> list[torch.Tensor]:
+    """Allocate blocks of odd sizes and free every other one: holes for the run's tensors to land in."""
+    g = torch.Generator().manual_seed(123)
+    blocks = [torch.rand(n, generator=g) for n in (1, 3, 7, 31, 1021, 4099, 65537, 262147, 1048583)]
+    return blocks[::2]
+
+
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    out, stop_at = Path(sys.argv[1]), int(sys.argv[2])
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out", type=Path)
+    parser.add_argument("stop_at", type=int)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--fragment", action="store_true")
+    parser.add_argument("--resume", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    kept = fragment_heap() if args.fragment else []
 
     def on_step(model: nn.Module, step: int, loss: torch.Tensor) -> None:
-        if step == stop_at:
+        if step == args.stop_at:
             print("ready", flush=True)
             time.sleep(60)
 
-    fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=out, eval_fn=eval_fn, on_step=on_step)
+    fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=args.out, resume=args.resume, eval_fn=eval_fn, on_step=on_step)

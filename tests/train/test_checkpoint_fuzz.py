@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from contrastlab.train.checkpoint import CheckpointError, load_checkpoint
+from contrastlab.io import FRAME_HEADER_BYTES, frame_bytes
+from contrastlab.train.checkpoint import CHECKPOINT_MAGIC, CheckpointError, load_checkpoint
 from fuzz.targets import FAMILIES, memory_cap
 from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
 
@@ -23,31 +24,36 @@ def test_checkpoint_contract(data: bytes) -> None:
     assert_contract("checkpoint", data)
 
 
-def _seed_checkpoint(tmp_path: Path) -> Path:
+def _seed_payload(tmp_path: Path) -> tuple[Path, bytearray]:
+    """A valid checkpoint's path and its torch payload (the bytes after the checksummed frame header)."""
     FAMILIES["checkpoint"].seeds(tmp_path, 0)
-    return tmp_path / "checkpoint.pt"
+    p = tmp_path / "checkpoint.pt"
+    return p, bytearray(p.read_bytes()[FRAME_HEADER_BYTES:])
+
+
+def _write_framed(p: Path, payload: bytearray) -> None:
+    """Frame a mutated payload with a valid header and SHA-256 (a tamperer who recomputes the checksum)."""
+    p.write_bytes(frame_bytes(bytes(payload), CHECKPOINT_MAGIC))
 
 
 def test_record_declaring_more_bytes_than_the_file_is_refused_before_torch_reads_it(tmp_path: Path) -> None:
     # torch.load allocated a record at the size the zip directory declares (4 GiB here)
-    p = _seed_checkpoint(tmp_path)
-    raw = bytearray(p.read_bytes())
+    p, raw = _seed_payload(tmp_path)
     for sig, off in ((b"PK\x03\x04", 18), (b"PK\x01\x02", 20)):  # compressed and uncompressed sizes
         pos = raw.index(sig)
         while pos >= 0:
             raw[pos + off : pos + off + 8] = struct.pack("<II", 2**32 - 1, 2**32 - 1)
             pos = raw.find(sig, pos + 4)
-    p.write_bytes(bytes(raw))
+    _write_framed(p, raw)
     with memory_cap(MEMORY_BUDGET), pytest.raises(CheckpointError, match="declares 4294967295 bytes"):
         load_checkpoint(p)
 
 
 def test_unsupported_zip_version_is_a_checkpoint_error(tmp_path: Path) -> None:
     # found by atheris: zipfile raised NotImplementedError("zip file version 25.5")
-    p = _seed_checkpoint(tmp_path)
-    raw = bytearray(p.read_bytes())
+    p, raw = _seed_payload(tmp_path)
     pos = raw.index(b"PK\x01\x02")
     raw[pos + 6] = 255  # version needed to extract
-    p.write_bytes(bytes(raw))
+    _write_framed(p, raw)
     with pytest.raises(CheckpointError, match=rf"checkpoint {p} is corrupt \(not a readable zip archive"):
         load_checkpoint(p)

@@ -1,9 +1,18 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
-from contrastlab.train import ConfigError, TrainConfig, dump_config, from_dict, load_config_file
+from contrastlab.train import (
+    ConfigError,
+    TrainConfig,
+    dump_config,
+    from_dict,
+    load_config_file,
+    step_generator,
+    to_dict,
+)
 from contrastlab.train.job import (
     DATA_BUILDERS,
     DataConfig,
@@ -12,7 +21,10 @@ from contrastlab.train.job import (
     JobConfig,
     LossConfig,
     NegativesConfig,
+    _needs_negatives,
+    _takes_labels,
     build_encoder,
+    loss_registry,
     make_loss_fn,
     run_job,
 )
@@ -50,7 +62,7 @@ def test_sphere_batches_and_negatives(kind: str, shape) -> None:
     assert (None if "negatives" not in b else tuple(b["negatives"].shape[:-1]) + (3,)) == (
         None if shape is None else shape
     )
-    loss = make_loss_fn(cfg)(build_encoder(cfg, src.in_dim), b)
+    loss = make_loss_fn(cfg)(build_encoder(cfg, src), b)
     assert loss.ndim == 0 and torch.isfinite(loss)
 
 
@@ -79,3 +91,64 @@ def test_weince_job_trains_and_evaluates(tmp_path):
     )
     res = run_job(cfg, tmp_path)
     assert res["metrics"]["train_loss"] is not None and res["metrics"]["eval_loss"] > 0
+
+
+@pytest.mark.parametrize("name", sorted(loss_registry()))
+def test_every_registered_loss_trains_through_the_job(name: str) -> None:
+    # each loss gets the arguments its signature asks for: labels, required negatives, gather
+    fn = loss_registry()[name]
+    needs = _needs_negatives(fn)
+    negatives = NegativesConfig(kind="per_anchor", num=8) if needs else NegativesConfig()
+    cfg = replace(TINY, loss=LossConfig(name=name, temperature=0.5), negatives=negatives)
+    src = DATA_BUILDERS["sphere"](cfg)
+    batch = src.batch_at(0)
+    if _takes_labels(fn):
+        batch["labels"] = torch.arange(16) % 4
+    model = build_encoder(cfg, src)
+    loss = make_loss_fn(cfg)(model, batch)
+    loss.backward()
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_loss_options_reach_the_loss_and_bad_options_name_the_field() -> None:
+    cfg = from_dict(JobConfig, {**to_dict(TINY), "loss": {"name": "info_nce", "options": {"variant": "dcl"}}})
+    dcl = from_dict(JobConfig, {**to_dict(TINY), "loss": {"name": "dcl"}})
+    src = DATA_BUILDERS["sphere"](cfg)
+    batch = src.batch_at(0)
+    torch.manual_seed(0)
+    model = build_encoder(cfg, src)
+    assert torch.equal(make_loss_fn(cfg)(model, batch), make_loss_fn(dcl)(model, batch))
+    with pytest.raises(ConfigError, match=r"^loss\.options\.beta is not an option of loss 'info_nce'; its options: "):
+        from_dict(JobConfig, {"loss": {"options": {"beta": 1.0}}})
+    with pytest.raises(ConfigError, match=r"^loss\.options\.temperature is not an option"):  # set by loss.temperature
+        from_dict(JobConfig, {"loss": {"options": {"temperature": 1.0}}})
+    with pytest.raises(ConfigError, match=r"^loss\.symmetric=True is not available"):
+        from_dict(JobConfig, {"loss": {"name": "nt_xent", "symmetric": True}})
+
+
+def test_a_bad_combination_writes_nothing(tmp_path: Path) -> None:
+    cfg = from_dict(JobConfig, {**to_dict(TINY), "encoder": {"name": "cnn", "out_dim": 3}})
+    with pytest.raises(ConfigError, match=r"^encoder\.name 'cnn' needs image data; data\.name 'sphere' gives vectors"):
+        run_job(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"^negatives\.kind='shared' needs data that draws fresh negatives"):
+        run_job(from_dict(JobConfig, {"data": {"name": "digits"}, "negatives": {"kind": "shared"}}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    from contrastlab.data import DatasetNotFoundError
+
+    with pytest.raises(DatasetNotFoundError, match=r"(?s)^data\.root: .* never downloads"):
+        run_job(from_dict(JobConfig, {"data": {"name": "svhn", "root": str(tmp_path)}}), tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"^eval\.n must be >= 10 on sphere"):
+        from_dict(JobConfig, {"encoder": {"out_dim": 3}, "eval": {"n": 9}})
+
+
+def test_sphere_job_uses_the_sphere_world() -> None:
+    from contrastlab.worlds.vmf_world import SphereWorld
+
+    src = DATA_BUILDERS["sphere"](TINY)
+    world = SphereWorld.from_mixing("linear", d=3, kappa=TINY.views.kappa, seed=0)
+    x_a, x_p, z, _ = world.sample_pairs(16, generator=step_generator(TINY.train.seed, 4))
+    b = src.batch_at(4)
+    assert torch.equal(b["anchor"], x_a) and torch.equal(b["positive"], x_p) and torch.equal(b["latent"], z.float())

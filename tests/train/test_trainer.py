@@ -1,3 +1,4 @@
+import io
 import json
 import os
 import signal
@@ -10,7 +11,9 @@ import pytest
 import torch
 from _tiny_run import CONFIG, STEPS, batch_at, eval_fn, loss_fn, make_model
 
-from contrastlab.train import CheckpointError, TrainConfig, fit, latest_checkpoint
+from contrastlab.io import frame_bytes
+from contrastlab.train import CheckpointError, TrainConfig, fit, latest_checkpoint, load_checkpoint
+from contrastlab.train.checkpoint import CHECKPOINT_MAGIC, CheckpointWarning, save_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,24 +80,51 @@ def test_sigint_saves_checkpoint_restores_handler_and_resume_is_exact(reference,
     assert resumed.history == reference[0].history and resumed.final_eval == reference[0].final_eval
 
 
-def test_sigkill_subprocess_then_resume_is_bit_identical(reference, tmp_path: Path) -> None:
+def _child(out: Path, stop_at: int, *flags: str) -> None:
+    """Run ``_tiny_run.py`` in a fresh process; with ``stop_at > 0`` SIGKILL it once it reports that step."""
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
-    child = subprocess.Popen(
-        [sys.executable, str(Path(__file__).parent / "_tiny_run.py"), str(tmp_path), "19"],
-        stdout=subprocess.PIPE,
-        env=env,
-        text=True,
-    )
+    argv = [sys.executable, str(Path(__file__).parent / "_tiny_run.py"), str(out), str(stop_at), *flags]
+    if stop_at == 0:
+        subprocess.run(argv, env=env, check=True, timeout=300)
+        return
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env, text=True)
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
+
+
+def _assert_same_as_reference(reference, out: Path) -> None:
+    saved = load_checkpoint(out / "checkpoint.pt")
+    assert saved["step"] == STEPS
+    want = _params(reference[0].model)
+    assert saved["model"].keys() == want.keys()
+    for k, v in want.items():
+        assert torch.equal(saved["model"][k], v), k  # bit for bit
+    assert _metrics(out) == _metrics(reference[1])
+
+
+def test_sigkill_subprocess_then_resume_is_bit_identical(reference, tmp_path: Path) -> None:
+    _child(tmp_path, 19)
     assert latest_checkpoint(tmp_path)["step"] == 15
     assert max(r["step"] for r in _metrics(tmp_path)) == 18  # rows past the checkpoint: cut on resume
     resumed = fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True, eval_fn=eval_fn)
     _assert_same_params(resumed.model, reference[0].model)
     assert _metrics(tmp_path) == _metrics(reference[1])
+
+
+@pytest.mark.parametrize("flags", [("--threads", "1"), ("--threads", "2", "--fragment")])
+def test_rerun_in_a_fresh_process_is_bit_identical_across_threads_and_heap(reference, tmp_path: Path, flags) -> None:
+    # the reference ran in this process: one thread (tests/conftest.py) and pytest's heap
+    _child(tmp_path, 0, *flags)
+    _assert_same_as_reference(reference, tmp_path)
+
+
+def test_resume_with_other_threads_and_heap_is_bit_identical(reference, tmp_path: Path) -> None:
+    _child(tmp_path, 17, "--threads", "2")  # killed after step 17; the checkpoint is at 15
+    _child(tmp_path, 0, "--threads", "1", "--fragment", "--resume")
+    _assert_same_as_reference(reference, tmp_path)
 
 
 def test_truncated_checkpoint_falls_back_to_previous(reference, tmp_path: Path) -> None:
@@ -110,6 +140,94 @@ def test_truncated_checkpoint_falls_back_to_previous(reference, tmp_path: Path) 
     assert resumed.resumed_from == 5
 
 
+def _flip_a_weight_byte(path: Path) -> None:
+    """Flip one bit in the middle of the largest weight's stored bytes (torch stores tensors uncompressed)."""
+    weights = load_checkpoint(path)["model"]
+    raw = max(weights.values(), key=torch.Tensor.numel).numpy().tobytes()
+    data = bytearray(path.read_bytes())
+    at = data.find(raw)
+    assert at > 0 and data.find(raw, at + 1) == -1
+    data[at + len(raw) // 2] ^= 0x04
+    path.write_bytes(bytes(data))
+
+
+def test_flipped_byte_in_a_weight_falls_back_to_previous_with_a_warning(tmp_path: Path) -> None:
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path)  # checkpoints at 5 and 10
+    latest = tmp_path / "checkpoint.pt"
+    _flip_a_weight_byte(latest)
+    with pytest.raises(CheckpointError, match="checkpoint.pt is corrupted: its payload does not match the SHA-256"):
+        load_checkpoint(latest)
+    with pytest.warns(CheckpointWarning, match=r"checkpoint.pt is corrupted.*falling back to .*checkpoint.prev.pt"):
+        state = latest_checkpoint(tmp_path)
+    assert state["step"] == 5
+    assert (tmp_path / "checkpoint.pt.corrupt").exists() and not latest.exists()
+    resumed = fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path, resume=True)
+    assert resumed.resumed_from == 5 and latest_checkpoint(tmp_path)["step"] == 10
+
+
+def test_both_checkpoints_flipped_is_a_clear_error(tmp_path: Path) -> None:
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path)
+    for name in ("checkpoint.pt", "checkpoint.prev.pt"):
+        _flip_a_weight_byte(tmp_path / name)
+    with pytest.warns(CheckpointWarning), pytest.raises(CheckpointError, match="checkpoint.prev.pt is corrupted"):
+        fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path, resume=True)
+
+
+def test_checkpoint_holds_only_what_weights_only_loads(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"^state\['extra'\]\['q'\] is a Evil"):
+        save_checkpoint({"step": 1, "model": {}, "extra": {"q": Evil()}}, tmp_path)
+    assert not list(tmp_path.iterdir())
+
+
+class _Queue:
+    """A stand-in for a queue of negatives: global-RNG-driven state that must survive a resume."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.zeros(4, 3)
+        self.pushes = 0
+
+    def push(self) -> None:
+        self.buffer = torch.roll(self.buffer, 1, 0)
+        self.buffer[0] = torch.randn(3)
+        self.pushes += 1
+
+    def state_dict(self) -> dict:
+        return {"buffer": self.buffer.clone(), "pushes": self.pushes}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.buffer, self.pushes = state["buffer"].clone(), int(state["pushes"])
+
+
+def test_extra_state_is_checkpointed_and_restored_exactly(tmp_path: Path) -> None:
+    def run(queue: _Queue, out: Path, resume: bool = False, stop_at: int | None = None):
+        def on_step(model: torch.nn.Module, step: int, loss: torch.Tensor) -> None:
+            queue.push()
+            if step == stop_at:
+                os.kill(os.getpid(), signal.SIGINT)
+
+        return fit(
+            make_model(),
+            loss_fn,
+            batch_at,
+            CONFIG,
+            out_dir=out,
+            resume=resume,
+            on_step=on_step,
+            extra_state={"queue": queue},
+        )
+
+    straight = _Queue()
+    run(straight, tmp_path / "a")
+    with pytest.raises(KeyboardInterrupt):
+        run(_Queue(), tmp_path / "b", stop_at=12)
+    assert load_checkpoint(tmp_path / "b" / "checkpoint.pt")["extra"]["queue"]["pushes"] == 12
+    resumed = _Queue()
+    run(resumed, tmp_path / "b", resume=True)
+    assert resumed.pushes == straight.pushes == STEPS and torch.equal(resumed.buffer, straight.buffer)
+    with pytest.raises(ValueError, match="^extra_state has \\[\\] but the checkpoint"):
+        fit(make_model(), loss_fn, batch_at, CONFIG, out_dir=tmp_path / "b", resume=True)
+
+
 def test_all_checkpoints_corrupt_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "checkpoint.pt").write_bytes(b"not a checkpoint")
     with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="checkpoint.pt"):
@@ -122,9 +240,18 @@ class Evil:
 
 
 def test_weights_only_refuses_arbitrary_pickles(tmp_path: Path) -> None:
-    torch.save({"step": 1, "model": {}, "payload": Evil()}, tmp_path / "checkpoint.pt")
+    # a pickle with a valid header and checksum (as a hostile writer would make it) is still refused
+    buffer = io.BytesIO()
+    torch.save({"step": 1, "model": {}, "payload": Evil()}, buffer)
+    (tmp_path / "checkpoint.pt").write_bytes(frame_bytes(buffer.getvalue(), CHECKPOINT_MAGIC))
     with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="unsafe"):
         latest_checkpoint(tmp_path)
+
+
+def test_a_bare_torch_save_file_has_no_header(tmp_path: Path) -> None:
+    torch.save({"step": 1, "model": {}}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="no contrastlab header"):
+        load_checkpoint(tmp_path / "checkpoint.pt")
 
 
 def test_resume_with_a_different_optimiser_is_refused(tmp_path: Path) -> None:

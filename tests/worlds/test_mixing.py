@@ -8,6 +8,7 @@ from contrastlab.worlds.mixing import (
     MIXINGS,
     LeakyMLPMixing,
     LinearMixing,
+    MonomialMixing,
     PatchesMixing,
     make_inverse_encoder,
     make_mixing,
@@ -148,3 +149,32 @@ def test_inverse_mlp_contains_exact_inverse() -> None:
 def test_make_inverse_encoder_rejects_foreign_module() -> None:
     with pytest.raises(TypeError, match="^mixing"):
         make_inverse_encoder(torch.nn.Identity())  # type: ignore[arg-type]
+
+
+def test_monomial_is_the_papers_10d_to_70d_embedding() -> None:
+    g = make_mixing("monomial", 10)
+    assert isinstance(g, MonomialMixing)
+    assert (g.in_dim, g.out_dim, g.degree) == (10, 70, 7)
+    z = _z(64, 10)
+    x = g(z)
+    assert x.shape == (64, 70)
+    # entry i·D + (p − 1) is z_i^p (float64 pow of the same base: exact for p = 1, 2 and to rounding above)
+    for i in range(10):
+        for p in range(1, 8):
+            torch.testing.assert_close(x[:, i * 7 + p - 1], z[:, i] ** p, rtol=1e-14, atol=0.0)
+    assert torch.equal(x[:, ::7], z)  # the degree-1 block is z itself, so g is injective
+    assert torch.equal(g.inverse(x), z)
+    assert x.abs().max() <= 1.0  # |z_i| <= 1 on the sphere, so every power is in [−1, 1]
+
+
+@pytest.mark.parametrize("degree", [1, 3])
+def test_monomial_degree_and_input_checks(degree: int) -> None:
+    g = make_mixing("monomial", 3, degree=degree)
+    assert g.out_dim == 3 * degree
+    z = _z(5, 3, dtype=torch.float32)
+    assert torch.equal(g.inverse(g(z)), z)
+    assert not any(True for _ in g.parameters())  # no learnable or random parameters
+    with pytest.raises(ValueError, match="^degree"):
+        make_mixing("monomial", 3, degree=0)
+    with pytest.raises(ValueError, match="^z"):
+        g(torch.zeros(2, 4))

@@ -1,11 +1,9 @@
-# mypy: disable-error-code="misc"
-# (the case table binds loop variables through lambda defaults, which mypy cannot type)
 """Parity harness: a loss over a global batch in one process vs the same batch split over R ranks.
 
 ``check_parity(world_size)`` builds every case in :data:`CASES` from a seed, computes the loss and the
 gradient of every input row in one process, then spawns ``world_size`` gloo processes on localhost
 that each hold a contiguous slice of the rows (uneven splits included), compute their share with the
-``*_gathered`` loss and back-propagate. It returns, per case, the largest relative differences of
+same loss called with ``gather=True`` and back-propagate. It returns, per case, the largest relative differences of
 (i) the mean of the shares vs the single-process loss and (ii) each rank's input-row gradients divided
 by R vs the single-process gradients of those rows (the convention in :mod:`contrastlab.distributed`).
 
@@ -28,7 +26,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import Tensor
 
-from contrastlab import distributed as cd
 from contrastlab.losses import info_nce, nt_xent, supcon
 from contrastlab.losses.weince import GlobalBetaConfig, weince
 
@@ -44,7 +41,7 @@ class Case:
         make: ``(generator, dtype) -> dict`` of named input tensors; row-split tensors first.
         split: names of the tensors whose rows are split across ranks (others are replicated).
         single: the loss on the full inputs, or ``(loss, state)`` for a loss with state (WEINCE's β_t).
-        share: the loss share on one rank's slice (``*_gathered``), or ``(share, state)``: every rank's
+        share: the loss share on one rank's slice (``gather=True``), or ``(share, state)``: every rank's
             state must equal the single-process state.
     """
 
@@ -98,7 +95,7 @@ def _info_nce_cases() -> list[Case]:
                     _pair(n, d),
                     ("a", "p"),
                     lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
-                    lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], **kw),
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], gather=True, **kw),
                 )
             )
         kw = _kw(temperature=0.2, variant=variant)
@@ -109,7 +106,7 @@ def _info_nce_cases() -> list[Case]:
                 _with("neg", (9, d), _pair(n, d)),
                 ("a", "p", "neg"),
                 lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], **kw),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], gather=True, **kw),
             )
         )
         cases.append(
@@ -118,7 +115,7 @@ def _info_nce_cases() -> list[Case]:
                 _with("neg", (n, 4, d), _pair(n, d)),
                 ("a", "p", "neg"),
                 lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], **kw),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], gather=True, **kw),
             )
         )
     # The tiled kernel under gather: chunk sizes that divide neither n_local nor N (single process: dense).
@@ -131,7 +128,7 @@ def _info_nce_cases() -> list[Case]:
                     _pair(n, d),
                     ("a", "p"),
                     lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
-                    lambda t, kw=kw: info_nce(t["a"], t["p"], chunk_size=4, gather=True, **kw),  # public dispatch
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], chunk_size=4, gather=True, **kw),
                 )
             )
         kw = _kw(temperature=0.2, variant=variant)
@@ -141,7 +138,7 @@ def _info_nce_cases() -> list[Case]:
                 _with("neg", (9, d), _pair(n, d)),
                 ("a", "p", "neg"),
                 lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: cd.info_nce_gathered(t["a"], t["p"], t["neg"], chunk_size=4, **kw),
+                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], chunk_size=4, gather=True, **kw),
             )
         )
     cases.append(
@@ -150,7 +147,7 @@ def _info_nce_cases() -> list[Case]:
             _pair(n, d),
             ("a", "p"),
             lambda t: info_nce(t["a"] / 3, t["p"] / 3, normalize=False, reduction="sum"),
-            lambda t: cd.info_nce_gathered(t["a"] / 3, t["p"] / 3, normalize=False, reduction="sum"),
+            lambda t: info_nce(t["a"] / 3, t["p"] / 3, normalize=False, reduction="sum", gather=True),
         )
     )
     return cases
@@ -202,7 +199,7 @@ def _weince_cases() -> list[Case]:
                 make,
                 split,
                 lambda t, run=run: run(weince, t),
-                lambda t, run=run: run(functools.partial(weince, gather=True), t),  # dispatches to weince_gathered
+                lambda t, run=run: run(functools.partial(weince, gather=True), t),
             )
         )
     return cases
@@ -215,7 +212,7 @@ CASES: list[Case] = [
         _pair(11, 6),
         ("a", "p"),
         lambda t: nt_xent(t["a"], t["p"], temperature=0.5),
-        lambda t: cd.nt_xent_gathered(t["a"], t["p"], temperature=0.5),
+        lambda t: nt_xent(t["a"], t["p"], temperature=0.5, gather=True),
     ),
     Case(
         "nt_xent/tiled",
@@ -229,7 +226,7 @@ CASES: list[Case] = [
         _labelled(13, 5, 4),
         ("z", "y"),
         lambda t: supcon(t["z"], t["y"], temperature=0.2),
-        lambda t: cd.supcon_gathered(t["z"], t["y"], temperature=0.2),
+        lambda t: supcon(t["z"], t["y"], temperature=0.2, gather=True),
     ),
     *_weince_cases(),
 ]
@@ -237,7 +234,7 @@ CASES: list[Case] = [
 
 def split_sizes(n: int, world: int) -> list[int]:
     """Contiguous, as-even-as-possible row counts per rank (the first ranks take the remainder)."""
-    return [n // world + (1 if r < n % world else 0) for r in range(world)]  # as in cd.shard_rows
+    return [n // world + (1 if r < n % world else 0) for r in range(world)]  # as contrastlab.distributed.shard_rows
 
 
 def _inputs(case: Case, seed: int, dtype: torch.dtype) -> dict[str, Tensor]:

@@ -1,0 +1,316 @@
+"""SigLIP: the pairwise sigmoid loss, streamed over blocks of rows with an exact gradient.
+
+Zhai, Mustafa, Kolesnikov and Beyer, "Sigmoid Loss for Language Image Pre-Training", ICCV 2023,
+arXiv 2303.15343, eq. (1) and Algorithm 1. Every (anchor i, candidate j) pair is an independent binary
+classification, "is j the positive of i?", with logit ``L_ij = t ⟨x̂_i, ŷ_j⟩ + b``:
+
+    loss = −(1/|B|) Σ_i Σ_j log σ(z_ij L_ij),        z_ij = +1 if j = i, else −1,
+
+``t = exp(t')`` the inverse temperature and ``b`` a bias; the paper initialises ``t' = log 10`` and
+``b = −10`` (§3.2 and Algorithm 1), so that the N² − N negative pairs, which dominate the sum, start
+with a small loss. No softmax couples the rows, so the loss is a plain sum over the N × N pairs.
+
+Memory is linear in N: the rows are visited in blocks (about 16 MiB of logits each); each block's
+logits give its loss and, while they are in cache, its gradient ``G = σ(L) − I`` (made ahead for an
+upstream gradient that is the same for every row, as a mean or a sum sends; recomputed exactly
+otherwise). No N × N tensor is allocated.
+
+With ``gather=True`` each rank contrasts its own anchors with the candidates of every rank
+(:func:`contrastlab.distributed.gather_with_grad`) and returns its share of the global loss: the mean
+of the shares over ranks is the single-process loss of the global batch, and the gradients are exact.
+In one process the gather is the identity, so there is one path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from contrastlab import distributed
+from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float, compute_dtype
+from contrastlab.losses import tiled
+from contrastlab.losses._common import (
+    REDUCTIONS,
+    TemperatureLike,
+    check_finite_loss,
+    resolve_inverse_temperature,
+)
+from contrastlab.losses.temperature import LearnableTemperature
+
+__all__ = ["SigLIPLoss", "siglip"]
+
+#: Logits per block of rows when ``chunk_size`` is None: 2^24 bytes (16 MiB), a block that stays in cache
+#: while its loss and gradient are taken.
+_BLOCK_BYTES = 1 << 24
+
+
+def _block_rows(n_cols: int, itemsize: int, chunk_size: int | None) -> int:
+    if chunk_size is not None:
+        return chunk_size
+    return max(1, _BLOCK_BYTES // (n_cols * itemsize))
+
+
+def _logits(q: Tensor, k: Tensor, bias: Tensor, i0: int, i1: int) -> Tensor:
+    """``L = Q[i0:i1] Kᵀ + b``, shape ``(i1 − i0, M)``."""
+    return torch.addmm(bias.expand(1, k.shape[0]), q[i0:i1], k.T)
+
+
+def _row_losses(logits: Tensor, diag: Tensor) -> Tensor:
+    """``Σ_j softplus(L_ij) − L_i,pos`` per row: ``−log σ(L)`` off the positive, ``−log σ(−L)`` on it."""
+    return F.softplus(logits).sum(dim=1) - diag
+
+
+def _grad_block(logits: Tensor, diag_offset: int) -> Tensor:
+    """``∂ℓ/∂L = σ(L) − I`` in place (``I`` = 1 on the positives ``(i, diag_offset + i)``)."""
+    g = logits.sigmoid_()
+    g.diagonal(diag_offset).sub_(1.0)
+    return g
+
+
+def _forward(
+    q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int, weight: Tensor | None, grads: tuple[bool, bool, bool]
+) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
+    """Stream the row blocks: per-row losses, and the gradients for the upstream row weights ``weight``.
+
+    ``weight`` None means every row has weight 1. ``grads`` says which of (q, k, bias) need a gradient.
+    """
+    n = q.shape[0]
+    loss = q.new_empty(n)
+    dq = torch.empty_like(q) if grads[0] else None
+    dk = torch.zeros_like(k) if grads[1] else None
+    db = q.new_zeros(()) if grads[2] else None
+    for i0 in range(0, n, rows):
+        i1 = min(i0 + rows, n)
+        lg = _logits(q, k, bias, i0, i1)  # (r, M)
+        loss[i0:i1] = _row_losses(lg, lg.diagonal(offset + i0))
+        if not any(grads):
+            continue
+        g = _grad_block(lg, offset + i0)  # (r, M)
+        if weight is not None:
+            g.mul_(weight[i0:i1, None])
+        if dq is not None:
+            torch.mm(g, k, out=dq[i0:i1])
+        if dk is not None:
+            dk.addmm_(g.T, q[i0:i1])
+        if db is not None:
+            db += g.sum()
+    return loss, dq, dk, db
+
+
+class _SigmoidPairs(torch.autograd.Function):
+    """Per-row SigLIP losses of ``L = Q Kᵀ + b`` with the positive of row i at column ``offset + i``.
+
+    The forward also makes the gradient for an all-ones upstream gradient (``∂Q = G K``, ``∂K = Gᵀ Q``,
+    ``∂b = Σ G``); the backward scales it when every row gets the same upstream gradient and otherwise
+    streams the blocks again with the rows weighted (exact either way).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int) -> Tensor:
+        grads = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        loss, dq, dk, db = _forward(q, k, bias, offset, rows, None, grads)
+        ctx.args = (offset, rows, grads)
+        ctx.save_for_backward(q, k, bias, dq, dk, db)
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None, None]:
+        q, k, bias, dq, dk, db = ctx.saved_tensors
+        offset, rows, grads = ctx.args
+        if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
+            c = grad[0]
+            return (
+                dq * c if dq is not None else None,
+                dk * c if dk is not None else None,
+                db * c if db is not None else None,
+                None,
+                None,
+            )
+        _, dq, dk, db = _forward(q, k, bias, offset, rows, grad, grads)
+        return dq, dk, db, None, None
+
+
+def _check_bias(bias: object, dtype: torch.dtype, device: torch.device) -> Tensor:
+    if isinstance(bias, Tensor):
+        if bias.numel() != 1:
+            raise ValueError(f"bias must be a scalar, got a tensor of shape {tuple(bias.shape)}")
+        if not bias.is_floating_point():
+            raise TypeError(f"bias must be a floating-point tensor, got dtype {bias.dtype}")
+        if not bool(torch.isfinite(bias.detach()).all()):
+            raise ValueError(f"bias must be finite, got {float(bias.detach())}")
+        return bias.reshape(()).to(dtype=dtype, device=device)
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)):
+        raise TypeError(f"bias must be a real number or a 0-d tensor, got {type(bias).__name__}")
+    if not math.isfinite(bias):
+        raise ValueError(f"bias must be finite, got {bias}")
+    return torch.tensor(float(bias), dtype=dtype, device=device)
+
+
+def siglip(
+    anchor: Tensor,
+    positive: Tensor,
+    *,
+    temperature: TemperatureLike = 0.1,
+    bias: float | Tensor = -10.0,
+    normalize: bool = True,
+    reduction: str = "mean",
+    chunk_size: int | None = None,
+    gather: bool = False,
+) -> Tensor:
+    """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, arXiv 2303.15343, eq. 1 and Algorithm 1).
+
+    ``ℓ_i = −Σ_j log σ(z_ij L_ij)`` with ``L_ij = ⟨x̂_i, ŷ_j⟩/τ + b`` over every candidate ``j`` (the
+    positives of all anchors), ``z_ii = +1`` and ``z_ij = −1`` for ``j ≠ i``. The mean is
+    ``Σ_i ℓ_i / N``, the paper's normalisation by the batch size (not by the N² pairs).
+
+    Args:
+        anchor: anchor embeddings (the paper's images). Shape ``(N, D)``.
+        positive: positive embeddings, row i paired with anchor i (the paper's texts). Shape ``(N, D)``.
+        temperature: τ > 0, the paper's ``1/t = exp(−t')``: a float, a 0-d tensor, or a module returning
+            one (:class:`~contrastlab.losses.LearnableTemperature`). Default 0.1, the paper's
+            initial ``t = 10``.
+        bias: the logit bias ``b``: a float or a 0-d tensor (learnable). Default −10, the paper's
+            initial value.
+        normalize: L2-normalise rows first (the paper does); ``False`` uses raw dot products.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses ``ℓ_i`` of shape ``(N,)``).
+        chunk_size: rows per block of the streamed pass; ``None`` chooses blocks of about 16 MiB of
+            logits. Any value ≥ 1 gives the same numbers; memory is O((N + chunk_size)·D + chunk_size·N).
+        gather: under torch.distributed, contrast this rank's anchors with the positives of every rank
+            and return this rank's share of the global loss (the mean of the shares over ranks is the
+            single-process loss, with exact gradients); the identity in one process.
+
+    Returns:
+        The loss, a float32 scalar (float64 if an input is float64), or ``(N,)`` for ``reduction="none"``.
+        Half-precision inputs are computed in float32.
+
+    Raises:
+        TypeError: non-tensor or non-floating inputs, a bias that is not a real number, a non-bool flag.
+        ValueError: shape mismatch, empty inputs, NaN/Inf, τ ≤ 0, a non-finite bias, an unknown
+            reduction, inputs on different devices, ``chunk_size`` < 1, or logits that overflow with
+            ``normalize=False``.
+
+    Examples:
+        >>> a, p = torch.randn(8, 16), torch.randn(8, 16)
+        >>> siglip(a, p).shape
+        torch.Size([])
+        >>> siglip(a, p, temperature=0.5, bias=0.0, reduction="none").shape
+        torch.Size([8])
+    """
+    check_embeddings("anchor", anchor, ndim=2)
+    check_embeddings("positive", positive, ndim=2)
+    if positive.shape != anchor.shape:
+        raise ValueError(f"positive must have the shape of anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}")
+    if positive.device != anchor.device:
+        raise ValueError(f"positive is on {positive.device} but anchor is on {anchor.device}; move them to one device")
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_bool("normalize", normalize)
+    check_bool("gather", gather)
+    chunk_size = tiled.check_chunk_size(chunk_size)
+    dtype = compute_dtype(anchor, positive)
+    inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
+    b = _check_bias(bias, dtype, anchor.device)
+
+    # q = t·x̂ in one (N, D) pass; t stays in the autograd graph here, so a learnable τ gets its gradient.
+    a = anchor.to(dtype)
+    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
+    k = positive.to(dtype)
+    if normalize:
+        k = tiled.normalize_scale(k)
+    k_all, offset = distributed.gather_with_grad(k) if gather else (k, 0)  # (N_global, D)
+    rows = _block_rows(k_all.shape[0], q.element_size(), chunk_size)
+    if torch.is_grad_enabled() and (q.requires_grad or k_all.requires_grad or b.requires_grad):
+        per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows)
+    else:
+        per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False))[0]
+    check_finite_loss(per_row, "siglip")
+    if reduction == "none":
+        return per_row
+    world = distributed.world_size() if gather else 1
+    total = per_row.sum() * world  # Σ over ranks of the shares / R = the global sum
+    return total / k_all.shape[0] if reduction == "mean" else total
+
+
+class SigLIPLoss(nn.Module):
+    """SigLIP loss with a learnable temperature and bias, initialised as the paper (t' = log 10, b = −10).
+
+    The inverse temperature is log-parameterised, ``t = exp(t')`` (:class:`LearnableTemperature`, whose
+    ``log_scale`` is the paper's ``t'``), and clamped at ``t ≤ max_inverse`` as open_clip clamps its
+    logit scale; the bias is a plain parameter. Zhai et al. 2023 (arXiv 2303.15343), Algorithm 1 and §3.2.
+
+    Args:
+        temperature: initial τ = 1/t (default 0.1, the paper's t = 10).
+        bias: initial bias b (default −10, the paper's).
+        learnable: learn τ and b (the paper's setting); ``False`` keeps them fixed.
+        max_inverse: upper bound on t = 1/τ while learning (default 100, as open_clip).
+        normalize: L2-normalise rows first.
+        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        chunk_size: rows per block of the streamed pass (see :func:`siglip`).
+        gather: contrast with the positives of every rank (see :func:`siglip`).
+
+    Examples:
+        >>> loss = SigLIPLoss()
+        >>> round(float(loss.temperature().detach()), 4), float(loss.bias.detach())
+        (0.1, -10.0)
+        >>> loss(torch.randn(4, 8), torch.randn(4, 8)).shape
+        torch.Size([])
+    """
+
+    def __init__(
+        self,
+        temperature: float = 0.1,
+        bias: float = -10.0,
+        *,
+        learnable: bool = True,
+        max_inverse: float = 100.0,
+        normalize: bool = True,
+        reduction: str = "mean",
+        chunk_size: int | None = None,
+        gather: bool = False,
+    ) -> None:
+        super().__init__()
+        check_positive_float("temperature", temperature)
+        if isinstance(bias, Tensor):
+            raise TypeError("bias must be a real number (the initial value), got a Tensor")
+        _check_bias(bias, torch.float64, torch.device("cpu"))
+        check_bool("learnable", learnable)
+        check_bool("normalize", normalize)
+        check_choice("reduction", reduction, REDUCTIONS)
+        tiled.check_chunk_size(chunk_size)
+        check_bool("gather", gather)
+        self.learnable = learnable
+        self.normalize = normalize
+        self.reduction = reduction
+        self.chunk_size = chunk_size
+        self.gather = gather
+        self.temperature: nn.Module | float
+        self.bias: nn.Parameter | float
+        if learnable:
+            self.temperature = LearnableTemperature(temperature, max_inverse=max_inverse)
+            self.bias = nn.Parameter(torch.tensor(float(bias)))
+        else:
+            self.temperature = float(temperature)
+            self.bias = float(bias)
+
+    def forward(self, anchor: Tensor, positive: Tensor) -> Tensor:
+        """Return :func:`siglip` of ``anchor`` ``(N, D)`` and ``positive`` ``(N, D)``."""
+        return siglip(
+            anchor,
+            positive,
+            temperature=self.temperature,
+            bias=self.bias,
+            normalize=self.normalize,
+            reduction=self.reduction,
+            chunk_size=self.chunk_size,
+            gather=self.gather,
+        )
+
+    def extra_repr(self) -> str:
+        """Hyperparameters shown in ``repr``."""
+        fixed = "" if self.learnable else f"temperature={self.temperature}, bias={self.bias}, "
+        return f"{fixed}learnable={self.learnable}, normalize={self.normalize}, reduction={self.reduction!r}"
