@@ -12,9 +12,11 @@ by the same rename, so the checksum and the content can never get out of step:
 
 - JSON (:func:`write_json_atomic` / :func:`read_json_verified`): the object's last member is
   ``"contrastlab_sha256"``, the digest of the file's bytes without that member (see
-  :func:`dumps_json_checked`); the file stays plain JSON that any reader parses.
-- binary payloads (:func:`frame_bytes` / :func:`unframe_bytes`, used for checkpoints): a 48-byte
-  header ``magic (8) | payload length (8, little-endian) | SHA-256 of the payload (32)``.
+  :func:`dumps_json_checked`); the file stays plain JSON that any reader parses. Each row of a
+  ``.jsonl`` log carries its own (``dumps_json_checked(row, line=True)`` / :func:`loads_json_verified`).
+- zip archives (:func:`seal_zip` / :func:`open_sealed_zip`, used for ``torch.save`` checkpoints): the
+  archive comment, the file's last 48 bytes, is ``magic (8) | length (8) | SHA-256 (32)`` of the archive
+  as it was written; the file stays a valid zip that ``torch.load`` reads as before.
 - files written by other libraries (faiss indexes, ``.npy``) are listed with their size and
   SHA-256 in a checksummed JSON sidecar (:func:`sha256_file`).
 
@@ -42,23 +44,27 @@ __all__ = [
     "write_json_atomic",
     "read_json_verified",
     "dumps_json_checked",
+    "loads_json_verified",
     "to_jsonable",
     "sha256_file",
-    "frame_bytes",
-    "unframe_bytes",
+    "seal_zip",
+    "open_sealed_zip",
     "CorruptFileError",
     "CHECKSUM_KEY",
-    "FRAME_HEADER_BYTES",
+    "SEAL_BYTES",
 ]
 
 CHECKSUM_KEY = "contrastlab_sha256"
 """The last member of every JSON object contrastlab writes: the SHA-256 of the file without it."""
 
-FRAME_HEADER_BYTES = 48
-"""Size of the header of a framed binary file: magic (8), payload length (8), SHA-256 (32)."""
+SEAL_BYTES = 48
+"""Size of the checksum comment of a sealed zip: magic (8), archive length (8), SHA-256 (32)."""
+_SEAL_LEN = struct.pack("<H", SEAL_BYTES)
+_EOCD_BYTES = 22  # a zip's end-of-central-directory record without comment
 
 # the checksum member as dumps_json_checked writes it, anchored at the end of the file
 _JSON_TRAILER = re.compile(rb'(,|\{)\n  "' + CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{64})"\n\}\n\Z')
+_JSON_LINE_TRAILER = re.compile(rb'(, |\{)"' + CHECKSUM_KEY.encode() + rb'": "([0-9a-f]{64})"\}\Z')  # line=True
 
 
 class CorruptFileError(ValueError):
@@ -150,12 +156,16 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
     return h.hexdigest()
 
 
-def dumps_json_checked(obj: Any) -> str:
-    """Indented JSON of the dict ``obj`` with its SHA-256 appended as the member ``contrastlab_sha256``.
+def dumps_json_checked(obj: Any, *, line: bool = False) -> str:
+    """JSON of the dict ``obj`` with its SHA-256 appended as the last member ``contrastlab_sha256``.
 
-    The digest is that of ``json.dumps(obj, indent=2)`` (ASCII), which is exactly the file's bytes
-    with the checksum line and its leading comma removed, so a reader checks the raw bytes it read,
-    not a re-serialisation.
+    The digest is that of ``json.dumps(obj, indent=2)`` (ASCII; with ``line=True``, of the one-line
+    ``json.dumps(obj)``), which is exactly the text with the checksum member and its leading comma (or
+    space) removed, so a reader checks the raw bytes it read, not a re-serialisation.
+
+    Args:
+        obj: a dict (converted by :func:`to_jsonable`).
+        line: one line without a newline (a row of a ``.jsonl`` log) instead of an indented file.
 
     Raises:
         TypeError: ``obj`` is not a dict (after :func:`to_jsonable`).
@@ -166,10 +176,53 @@ def dumps_json_checked(obj: Any) -> str:
         raise TypeError(f"obj must be a dict to be written as checksummed JSON, got {type(data).__name__}")
     if CHECKSUM_KEY in data:
         raise ValueError(f"obj must not have a {CHECKSUM_KEY!r} key (it is added on writing)")
+    if line:
+        body = json.dumps(data)  # ends in "}" (or is "{}")
+        digest = hashlib.sha256(body.encode("ascii")).hexdigest()
+        return f'{body[:-1] + ", " if data else "{"}"{CHECKSUM_KEY}": "{digest}"}}'
     body = json.dumps(data, indent=2, sort_keys=False)  # ends in "\n}" (or is "{}")
     digest = hashlib.sha256(body.encode("ascii")).hexdigest()
     head = body[:-2] + "," if data else "{"
     return f'{head}\n  "{CHECKSUM_KEY}": "{digest}"\n}}\n'
+
+
+def loads_json_verified(raw: bytes, where: str, *, required: bool = True) -> dict[str, Any]:
+    """Verify and parse what :func:`dumps_json_checked` wrote (a whole file, or one ``.jsonl`` line).
+
+    Args:
+        raw: the bytes read.
+        where: the file (and line) for messages.
+        required: refuse text without the checksum member (else parse it as plain JSON).
+
+    Returns:
+        The object, without the ``contrastlab_sha256`` member.
+
+    Raises:
+        CorruptFileError: the checksum does not match, is missing (``required``), or the content is
+            not a JSON object; the message starts with ``where``.
+    """
+    cut = max(0, len(raw) - 160)  # the checksum member and its neighbours are the last ~100 bytes
+    m = _JSON_TRAILER.search(raw, cut) or _JSON_LINE_TRAILER.search(raw, cut)
+    if m is None:
+        if required or CHECKSUM_KEY.encode() in raw:
+            raise CorruptFileError(
+                f"{where} is corrupted or was not written by contrastlab: its {CHECKSUM_KEY} checksum is "
+                "missing or damaged"
+            )
+        body = raw
+    else:
+        empty = m.group(1) == b"{"
+        closing = b"\n}" if m.re is _JSON_TRAILER else b"}"
+        body = raw[: m.start()] + (b"{}" if empty else closing)
+        if hashlib.sha256(body).hexdigest() != m.group(2).decode("ascii"):
+            raise CorruptFileError(f"{where} is corrupted: its content does not match its {CHECKSUM_KEY} checksum")
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CorruptFileError(f"{where} is not valid JSON ({type(e).__name__}: {e})") from None
+    if not isinstance(data, dict):
+        raise CorruptFileError(f"{where} must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def write_json_atomic(path: str | os.PathLike[str], obj: Any) -> None:
@@ -200,44 +253,36 @@ def read_json_verified(path: str | os.PathLike[str], *, required: bool = True) -
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p} does not exist")
-    raw = p.read_bytes()
-    cut = max(0, len(raw) - 160)  # the checksum line and its neighbours are the last ~100 bytes
-    m = _JSON_TRAILER.search(raw, cut)
-    if m is None:
-        if required or CHECKSUM_KEY.encode() in raw:
-            raise CorruptFileError(
-                f"{p} is corrupted or was not written by contrastlab: its {CHECKSUM_KEY} checksum line is "
-                "missing or damaged"
-            )
-        body = raw
-    else:
-        body = raw[: m.start()] + b"\n}" if m.group(1) == b"," else raw[: m.start()] + b"{}"
-        if hashlib.sha256(body).hexdigest() != m.group(2).decode("ascii"):
-            raise CorruptFileError(f"{p} is corrupted: its content does not match its {CHECKSUM_KEY} checksum")
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise CorruptFileError(f"{p} is not valid JSON ({type(e).__name__}: {e})") from None
-    if not isinstance(data, dict):
-        raise CorruptFileError(f"{p} must hold a JSON object, got {type(data).__name__}")
-    return data
+    return loads_json_verified(p.read_bytes(), str(p), required=required)
 
 
-def frame_bytes(payload: bytes | memoryview, magic: bytes) -> bytes:
-    """``magic | len(payload) | SHA-256(payload) | payload``: a self-verifying binary file's content.
+def seal_zip(archive: bytes | memoryview, magic: bytes) -> bytes:
+    """Return the zip ``archive`` with its SHA-256 in the archive comment: a self-verifying zip file.
+
+    The comment (the file's last 48 bytes) is ``magic (8) | len(archive) (8, little-endian) |
+    SHA-256(archive) (32)``, and the end-of-central-directory record's comment length (the 2 bytes before
+    it) becomes 48, so the result is still a valid zip that ``torch.load``, ``numpy.load`` or ``zipfile``
+    read as before; :func:`open_sealed_zip` verifies it.
 
     Args:
-        payload: the bytes to protect.
-        magic: 8 bytes naming the format (checked first by :func:`unframe_bytes`).
+        archive: a zip archive without a comment (as ``torch.save`` and ``numpy.savez`` write them).
+        magic: 8 bytes naming the format.
+
+    Raises:
+        ValueError: ``magic`` is not 8 bytes, or ``archive`` does not end in a comment-less
+            end-of-central-directory record.
     """
     if len(magic) != 8:
         raise ValueError(f"magic must be 8 bytes, got {len(magic)}")
-    view = memoryview(payload)
-    return b"".join((magic, struct.pack("<Q", view.nbytes), hashlib.sha256(view).digest(), view))
+    view = memoryview(archive)
+    if view.nbytes < _EOCD_BYTES or bytes(view[-_EOCD_BYTES:-18]) != b"PK\x05\x06" or bytes(view[-2:]) != b"\0\0":
+        raise ValueError("archive must be a zip file ending in an end-of-central-directory record without a comment")
+    trailer = magic + struct.pack("<Q", view.nbytes) + hashlib.sha256(view).digest()
+    return b"".join((view[:-2], struct.pack("<H", SEAL_BYTES), trailer))
 
 
-def unframe_bytes(data: bytes, magic: bytes, path: str | os.PathLike[str]) -> memoryview:
-    """Check the header written by :func:`frame_bytes` and return the payload (a view, no copy).
+def open_sealed_zip(data: bytes, magic: bytes, path: str | os.PathLike[str]) -> bytes:
+    """Check the seal written by :func:`seal_zip` and return ``data`` (still a valid zip) unchanged.
 
     Args:
         data: the whole file's bytes.
@@ -245,20 +290,21 @@ def unframe_bytes(data: bytes, magic: bytes, path: str | os.PathLike[str]) -> me
         path: the file, for messages.
 
     Raises:
-        CorruptFileError: wrong magic, a length that is not the file's (truncated or extended), or a
-            SHA-256 mismatch (bytes changed after writing); the message names the file.
+        CorruptFileError: no seal at the end (truncated, bytes appended, or not this kind of file), a
+            recorded length that is not the file's, or a SHA-256 mismatch (a byte changed after writing);
+            the message names the file.
     """
     view = memoryview(data)
-    if bytes(view[:8]) != magic and not (view.nbytes < 8 and magic.startswith(bytes(view))):
-        raise CorruptFileError(f"{path} has no contrastlab header (magic {magic!r}): not this kind of file")
-    if view.nbytes < FRAME_HEADER_BYTES:
-        raise CorruptFileError(f"{path} is truncated ({view.nbytes} bytes, shorter than its header)")
-    (length,) = struct.unpack("<Q", view[8:16])
-    payload = view[FRAME_HEADER_BYTES:]
-    if payload.nbytes != length:
+    n = view.nbytes - SEAL_BYTES - 2  # the archive's length without its comment (comment length then 0)
+    if n < _EOCD_BYTES - 2 or bytes(view[-SEAL_BYTES:-40]) != magic or bytes(view[n : n + 2]) != _SEAL_LEN:
         raise CorruptFileError(
-            f"{path} is truncated or extended: its header records {length} payload bytes, the file has {payload.nbytes}"
+            f"{path} has no contrastlab checksum at its end: truncated, extended, or not a file of this kind"
         )
-    if hashlib.sha256(payload).digest() != bytes(view[16:FRAME_HEADER_BYTES]):
-        raise CorruptFileError(f"{path} is corrupted: its payload does not match the SHA-256 in its header")
-    return payload
+    (length,) = struct.unpack("<Q", view[-40:-32])
+    if length != n + 2:
+        raise CorruptFileError(f"{path} is truncated or extended: it records {length} bytes, it holds {n + 2}")
+    digest = hashlib.sha256(view[:n])
+    digest.update(b"\0\0")  # the comment length as the archive was written
+    if digest.digest() != bytes(view[-32:]):
+        raise CorruptFileError(f"{path} is corrupted: its content does not match the SHA-256 at its end")
+    return data

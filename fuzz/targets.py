@@ -25,6 +25,7 @@ import pickle
 import resource
 import shutil
 import signal
+import struct
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -153,12 +154,23 @@ def checksummed_json(obj: dict[str, Any]) -> bytes:
     return f'{head}\n  "{CHECKSUM_KEY}": "{digest}"\n}}\n'.encode("ascii")
 
 
-def reframe_checkpoint(root: Path, target: Path) -> None:
-    """Treat the mutated file's bytes as a checkpoint's payload and frame it with a valid header and SHA-256."""
-    from contrastlab.io import frame_bytes
+def seal_checkpoint(root: Path, target: Path) -> None:
+    """Treat the mutated file's bytes as the zip archive ``torch.save`` wrote and seal it as a checkpoint.
+
+    As :func:`contrastlab.io.seal_zip` does, but for any bytes: the last two (the archive comment's
+    length) become 48 and the seal (magic, length, SHA-256 of the archive) is appended.
+    """
     from contrastlab.train.checkpoint import CHECKPOINT_MAGIC
 
-    target.write_bytes(frame_bytes(target.read_bytes(), CHECKPOINT_MAGIC))
+    archive = target.read_bytes()
+    body = archive[:-2] if len(archive) >= 2 else archive
+    digest = hashlib.sha256(body + b"\0\0").digest()
+    target.write_bytes(body + struct.pack("<H", 48) + CHECKPOINT_MAGIC + struct.pack("<Q", len(body) + 2) + digest)
+
+
+def unseal_checkpoint(sealed: bytes) -> bytes:
+    """The archive inside a sealed checkpoint (the inverse of :func:`seal_checkpoint` on valid files)."""
+    return sealed[:-50] + b"\0\0"
 
 
 @functools.lru_cache(maxsize=64)
@@ -252,10 +264,8 @@ def seed_inputs(family: Family) -> list[bytes]:
                     continue
                 byte = next(b for b in range(256) if b % len(family.files) == sel and b // 8 % family.n_seeds == i)
                 out.append(bytes([byte]) + f.read_bytes())
-                if family.resign is reframe_checkpoint:  # the payload itself, to be framed again
-                    from contrastlab.io import FRAME_HEADER_BYTES
-
-                    out.append(bytes([byte | 4]) + f.read_bytes()[FRAME_HEADER_BYTES:])
+                if family.resign is seal_checkpoint:  # the bare archive, to be sealed again
+                    out.append(bytes([byte | 4]) + unseal_checkpoint(f.read_bytes()))
     return out
 
 
@@ -536,7 +546,7 @@ FAMILIES: dict[str, Family] = {
             2,
             _checkpoint_read,
             _checkpoint_errors(),
-            resign=reframe_checkpoint,
+            resign=seal_checkpoint,
         ),
         Family("index", _INDEX_FILES, _index_seeds, 3, _index_read, _index_errors(), resign=resign_index),
         Family("npy", _NPY_FILES, _npy_seeds, 3, _npy_read, _value_error()),

@@ -32,11 +32,11 @@ import json  # noqa: E402
 
 from contrastlab.io import (  # noqa: E402
     CHECKSUM_KEY,
-    FRAME_HEADER_BYTES,
+    SEAL_BYTES,
     CorruptFileError,
-    frame_bytes,
+    open_sealed_zip,
     read_json_verified,
-    unframe_bytes,
+    seal_zip,
 )
 
 _OBJ = {"name": "run", "metrics": {"loss": 0.125, "k": [1, 2, 3]}, "ok": True, "none": None, "text": "é ☃"}
@@ -96,22 +96,41 @@ def test_json_writer_refuses_what_it_cannot_checksum(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_framed_bytes_detect_any_change_truncation_and_extension():
-    magic = b"\x89TESTFM\n"
-    payload = bytes(range(256)) * 3
-    data = frame_bytes(payload, magic)
-    assert len(data) == FRAME_HEADER_BYTES + len(payload)
-    assert bytes(unframe_bytes(data, magic, "f.bin")) == payload
-    for i in range(0, len(data), 7):
+def _zip_archive() -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        z.writestr("a/data.bin", bytes(range(256)) * 3)
+        z.writestr("a/meta.txt", "hello")
+    return buffer.getvalue()
+
+
+def test_a_sealed_zip_is_still_a_zip_and_detects_any_change_truncation_and_extension():
+    import io
+    import zipfile
+
+    magic = b"\x89TESTZP\n"
+    archive = _zip_archive()
+    data = seal_zip(archive, magic)
+    assert len(data) == len(archive) + SEAL_BYTES
+    with zipfile.ZipFile(io.BytesIO(data)) as z:  # any zip reader still reads it
+        assert z.read("a/meta.txt") == b"hello" and z.testzip() is None
+    assert open_sealed_zip(data, magic, "f.zip") is data
+    for i in range(len(data)):  # every byte, the seal's own included
         bad = bytearray(data)
         bad[i] ^= 0x80
-        with pytest.raises(CorruptFileError, match="^f.bin "):
-            unframe_bytes(bytes(bad), magic, "f.bin")
-    for cut in (0, 3, 8, FRAME_HEADER_BYTES - 1, FRAME_HEADER_BYTES, len(data) - 1):
-        with pytest.raises(CorruptFileError, match="truncated"):
-            unframe_bytes(data[:cut], magic, "f.bin")
-    with pytest.raises(CorruptFileError, match="extended"):
-        unframe_bytes(data + b"\0", magic, "f.bin")
-    with pytest.raises(CorruptFileError, match="no contrastlab header"):
-        unframe_bytes(b"PK\x03\x04" + data[4:], magic, "f.bin")
-    assert bytes(unframe_bytes(frame_bytes(b"", magic), magic, "f.bin")) == b""
+        with pytest.raises(CorruptFileError, match="^f.zip "):
+            open_sealed_zip(bytes(bad), magic, "f.zip")
+    for cut in (0, 3, 22, len(data) - SEAL_BYTES, len(data) - 1):
+        with pytest.raises(CorruptFileError, match="^f.zip has no contrastlab checksum"):
+            open_sealed_zip(data[:cut], magic, "f.zip")
+    with pytest.raises(CorruptFileError, match="^f.zip has no contrastlab checksum"):
+        open_sealed_zip(data + b"\0", magic, "f.zip")
+    with pytest.raises(CorruptFileError, match="^f.zip has no contrastlab checksum"):
+        open_sealed_zip(archive, magic, "f.zip")  # an unsealed zip
+    with pytest.raises(ValueError, match="^archive must be a zip"):
+        seal_zip(data, magic)  # already has a comment
+    with pytest.raises(ValueError, match="^magic must be 8 bytes"):
+        seal_zip(archive, b"short")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contrastlab import figures
-from contrastlab.io import read_json_verified, write_text_atomic
+from contrastlab.io import CorruptFileError, loads_json_verified, read_json_verified, write_text_atomic
 
 __all__ = ["write_report", "load_run", "RunData"]
 
@@ -37,13 +37,25 @@ class RunData:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl``, each verified against its own checksum.
+
+    A last line without its newline (cut by a crash while training) is skipped.
+
+    Raises:
+        contrastlab.io.CorruptFileError: any other row fails its checksum (file and line named).
+    """
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), (int, float)):
+        try:
+            row = loads_json_verified(line, f"{path} line {i}")
+        except CorruptFileError:
+            if i == len(lines):  # no newline after it: cut by a crash mid-write
+                continue
+            raise
+        if isinstance(row.get("step"), (int, float)):
             rows.append(row)
     return rows
 

@@ -2,17 +2,19 @@
 
 A checkpoint is a dict of tensors and plain Python containers (model, optimiser, schedule and
 grad-scaler state, the step, the torch/numpy/python RNG states as tensors and ints, and any extra
-state dicts a caller adds), serialised with ``torch.save`` and stored in one file as
+state dicts a caller adds), serialised with ``torch.save`` (a zip archive) and sealed with its SHA-256:
+the archive's comment, the file's last 48 bytes, is
 
-    magic 0x89 "CLCKPT" 0x0A (8 bytes) | payload length (8, little-endian) | SHA-256 of the payload (32) | payload
+    magic 0x89 "CLCKPT" 0x0A (8 bytes) | archive length (8, little-endian) | SHA-256 of the archive (32)
 
-(:func:`contrastlab.io.frame_bytes`), written through :func:`contrastlab.io.atomic_path` (temp file,
-fsync, rename). The checksum lives in the same file as the payload, so one rename installs both and
-they cannot get out of step (a separate ``.sha256`` file could be left behind by a crash between two
-renames, or lost when the checkpoint alone is copied). Loading reads the file once into memory,
-checks magic, length and SHA-256 *before* anything is deserialised (no window in which the file could
-change between check and use), then ``torch.load(weights_only=True)``, which refuses any pickled
-object that is not a tensor or a primitive container.
+(:func:`contrastlab.io.seal_zip`), and the file is written through :func:`contrastlab.io.atomic_path`
+(temp file, fsync, rename). The checksum lives in the same file as what it covers, so one rename
+installs both and they cannot get out of step (a separate ``.sha256`` file could be left behind by a
+crash between two renames, or lost when the checkpoint alone is copied), and the file stays a valid zip
+that a plain ``torch.load`` reads. Loading reads the file once into memory, checks the seal *before*
+anything is deserialised (no window in which the file could change between check and use), then
+``torch.load(weights_only=True)`` on those bytes, which refuses any pickled object that is not a tensor
+or a primitive container.
 
 ``checkpoint.pt`` is the newest; before it is replaced the old one becomes ``checkpoint.prev.pt``, so
 a corrupt newest file falls back to the previous good one.
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from contrastlab.io import CorruptFileError, atomic_path, frame_bytes, unframe_bytes
+from contrastlab.io import CorruptFileError, atomic_path, open_sealed_zip, seal_zip
 
 __all__ = [
     "CheckpointError",
@@ -50,7 +52,7 @@ __all__ = [
 CHECKPOINT_NAME = "checkpoint.pt"
 PREVIOUS_NAME = "checkpoint.prev.pt"
 CHECKPOINT_MAGIC = b"\x89CLCKPT\n"
-"""First 8 bytes of a checkpoint (a high-bit byte and a newline, as PNG's, catch 7-bit and newline mangling)."""
+"""Opens a checkpoint's 48-byte checksum comment (a high-bit byte and a newline, as in PNG's signature)."""
 
 _PLAIN = (torch.Tensor, bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device, torch.Size)
 
@@ -141,7 +143,7 @@ def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     directory = Path(directory)
     target = directory / CHECKPOINT_NAME
     with atomic_path(target) as tmp:
-        tmp.write_bytes(frame_bytes(buffer.getbuffer(), CHECKPOINT_MAGIC))
+        tmp.write_bytes(seal_zip(buffer.getbuffer(), CHECKPOINT_MAGIC))
         if target.exists():
             os.replace(target, directory / PREVIOUS_NAME)
     return target
@@ -168,7 +170,7 @@ def _check_record_sizes(payload: io.BytesIO, p: Path) -> None:
 
 
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-    """Verify one checkpoint file's length and SHA-256, then load it with ``torch.load(weights_only=True)``.
+    """Verify one checkpoint file's seal (length and SHA-256), then ``torch.load(weights_only=True)`` it.
 
     Raises:
         CheckpointError: naming the file, when it is missing, truncated, fails its checksum (a changed
@@ -179,7 +181,7 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
     if not p.is_file():
         raise CheckpointError(f"checkpoint {p} does not exist")
     try:
-        payload = unframe_bytes(p.read_bytes(), CHECKPOINT_MAGIC, p)
+        payload = open_sealed_zip(p.read_bytes(), CHECKPOINT_MAGIC, p)
     except CorruptFileError as e:
         raise CheckpointError(f"checkpoint {e}") from None
     except OSError as e:

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
+from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
 
 __all__ = [
@@ -195,26 +196,14 @@ _SET_BY_JOB = ("temperature", "symmetric", "normalize", "gather", "negatives", "
 
 
 def loss_registry() -> Mapping[str, Callable[..., Any]]:
-    """The loss registry the job dispatches through: name → loss function, :data:`contrastlab.losses.LOSSES`.
+    """The loss registry the job dispatches through: :data:`contrastlab.losses.LOSSES` (name → loss function).
 
     A loss function takes the two views ``(anchor, positive)`` (or, when it has a ``labels`` parameter,
     the stacked embeddings and their labels) and keywords; :func:`call_loss` passes those it accepts.
     """
-    from contrastlab import losses
+    from contrastlab.losses import LOSSES
 
-    registry = getattr(losses, "LOSSES", None)
-    if registry is not None:
-        return cast(Mapping[str, Callable[..., Any]], registry)
-    from functools import partial
-
-    return {
-        "info_nce": losses.info_nce,
-        "dcl": partial(losses.info_nce, variant="dcl"),
-        "nt_xent": losses.nt_xent,
-        "supcon": losses.supcon,
-        "weince": losses.weince,
-        "support_corrected": losses.support_corrected_info_nce,
-    }
+    return LOSSES
 
 
 def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
@@ -433,28 +422,25 @@ def call_loss(
     return cast(Tensor, fn(*args, **kwargs))
 
 
-def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
-    """``(model, batch) -> loss`` for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
+def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
+    """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
 
-    Anchors, positives and fresh negatives go through the model in one pass (BatchNorm sees them all).
-    Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
+    The encoder embeds anchors, positives and any fresh negatives of the batch (``(M, *in_shape)`` or
+    ``(N, K, *in_shape)``) as one stack, so BatchNorm sees them all and ``train.embed_minibatch`` can
+    cache it. Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
     """
 
-    def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        n = batch["anchor"].shape[0]
+    def inputs(batch: dict[str, Tensor]) -> Tensor:
         raw = batch.get("negatives")
-        labels = batch.get("labels")
-        if raw is None:
-            a, p = model(torch.cat([batch["anchor"], batch["positive"]])).split(n)
-            return call_loss(config.loss, a, p, labels=labels, gather=True)
-        shape = batch["anchor"].shape[1:]
-        flat = raw.reshape(-1, *shape)
-        emb = model(torch.cat([batch["anchor"], batch["positive"], flat]))
-        a, p, negs = emb[:n], emb[n : 2 * n], emb[2 * n :]
-        negs = negs.view(*raw.shape[: raw.ndim - len(shape)], -1)
-        return call_loss(config.loss, a, p, labels=labels, negatives=negs, gather=True)
+        extra = [] if raw is None else [raw.reshape(-1, *batch["anchor"].shape[1:])]
+        return torch.cat([batch["anchor"], batch["positive"], *extra])
 
-    return loss_fn
+    def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        n, raw = batch["anchor"].shape[0], batch.get("negatives")
+        negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
+        return call_loss(config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True)
+
+    return EmbeddingObjective(inputs=inputs, loss=loss)
 
 
 def _embed(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:

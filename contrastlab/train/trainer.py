@@ -9,13 +9,13 @@ loss sum, so an interrupted-and-resumed run reproduces the uninterrupted one bit
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import random
 import signal
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab.io import write_text_atomic
+from contrastlab.io import CorruptFileError, dumps_json_checked, loads_json_verified, write_text_atomic
 from contrastlab.train.checkpoint import (
     CHECKPOINT_NAME,
     PREVIOUS_NAME,
@@ -37,6 +37,8 @@ from contrastlab.train.checkpoint import (
 )
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
+from contrastlab.train.grad_cache import cached_backward, check_row_independent
+from contrastlab.train.objective import EmbeddingObjective, split_loss_output
 from contrastlab.train.schedule import LRSchedule
 
 __all__ = ["fit", "TrainResult", "Stateful", "resolve_device", "METRICS_NAME"]
@@ -47,13 +49,17 @@ LossFn = Callable[[nn.Module, Any], "Tensor | tuple[Tensor, dict[str, float]]"]
 
 
 class Stateful(Protocol):
-    """Anything with ``state_dict()``/``load_state_dict()`` of tensors and plain values (a queue, a cache)."""
+    """Training state outside the model and optimiser (a queue of negatives, a momentum encoder).
+
+    :func:`fit` saves ``state_dict()`` (tensors and plain containers) in every checkpoint and calls
+    ``load_state_dict`` on resume, so the run stays bit-identical across an interruption.
+    """
 
     def state_dict(self) -> dict[str, Any]:
-        """The state to checkpoint: tensors, numbers, strings and dicts/lists of them."""
+        """The state to save: tensors and plain containers only (loaded with ``weights_only=True``)."""
         ...
 
-    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         ...
 
@@ -188,35 +194,32 @@ class _SignalCatcher:
 
 
 def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
+    """The rows of ``metrics.jsonl`` up to ``upto_step``, each verified against its own checksum.
+
+    A last line without its newline was cut by a crash and is dropped quietly; any other row that
+    fails its checksum is dropped with a warning naming the file and line.
+    """
     rows: list[dict[str, Any]] = []
     if not path.exists():
         return rows
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a crash
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line:
             continue
-        if isinstance(row, dict) and isinstance(row.get("step"), int) and row["step"] <= upto_step:
+        try:
+            row = loads_json_verified(line, f"{path} line {i}")
+        except CorruptFileError as e:
+            if i < len(lines):  # not a line cut by a crash
+                warnings.warn(f"{e}; the row is dropped from the history", RuntimeWarning, stacklevel=3)
+            continue
+        if isinstance(row.get("step"), int) and row["step"] <= upto_step:
             rows.append(row)
     return rows
 
 
-def _call_loss(loss_fn: LossFn, model: nn.Module, batch: Any) -> tuple[Tensor, dict[str, float]]:
-    out = loss_fn(model, batch)
-    if isinstance(out, tuple):
-        loss, logs = out
-    else:
-        loss, logs = out, {}
-    if not isinstance(loss, Tensor) or loss.ndim != 0:
-        raise ValueError(
-            f"loss_fn must return a scalar tensor (optionally with a logs dict), got {type(loss).__name__}"
-        )
-    return loss.float(), logs
-
-
 def fit(
     model: nn.Module,
-    loss_fn: LossFn,
+    loss_fn: LossFn | EmbeddingObjective,
     batch_at: Callable[[int], Any],
     config: TrainConfig,
     *,
@@ -244,7 +247,9 @@ def fit(
 
     Args:
         model: every trainable parameter (a learnable temperature included) must belong to it.
-        loss_fn: ``(model, batch) -> loss`` or ``(loss, {name: float})``.
+        loss_fn: ``(model, batch) -> loss`` or ``(loss, {name: float})``, or an
+            :class:`~contrastlab.train.EmbeddingObjective` (needed by ``config.embed_minibatch``:
+            gradient caching, :mod:`contrastlab.train.grad_cache`).
         batch_at: a pure function of the 0-based step returning the batch (tensors, or
             tuples/lists/dicts of them), e.g. seeded by :func:`contrastlab.train.step_generator`.
         config: the loop's settings.
@@ -252,16 +257,18 @@ def fit(
         resume: continue from the newest checkpoint in ``out_dir``.
         eval_fn: ``(model, step) -> {metric: float}``.
         on_step: called after each optimiser step with ``(model, step, loss)``.
-        extra_state: more state to checkpoint and restore with the model, by name (e.g. a queue of
-            negatives): each object's ``state_dict()`` is saved under ``checkpoint["extra"][name]`` and
-            given back to its ``load_state_dict`` on resume.
+        extra_state: named objects with ``state_dict``/``load_state_dict`` (:class:`Stateful`) saved
+            in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.NegativeQueue`).
 
     Returns:
         A :class:`TrainResult`; the model is in eval mode.
 
     Raises:
         ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed or
-            with other ``extra_state`` names, ``device`` unavailable, or a loss that is not a scalar tensor.
+            with other ``extra_state`` names, ``device`` unavailable, a loss that is not a scalar tensor,
+            or ``config.embed_minibatch`` with a ``loss_fn`` that is not an ``EmbeddingObjective`` or a
+            model with BatchNorm.
+        TypeError: ``extra_state`` entries without ``state_dict``/``load_state_dict``.
         contrastlab.train.CheckpointError: checkpoint files exist but none loads.
         KeyboardInterrupt: on SIGINT, after the checkpoint is written.
     """
@@ -269,6 +276,19 @@ def fit(
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the directory holding the checkpoint)")
+    extra = dict(extra_state or {})
+    for key, obj in extra.items():
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise TypeError(
+                f"extra_state[{key!r}] must have state_dict() and load_state_dict(), got {type(obj).__name__}"
+            )
+    if config.embed_minibatch is not None:
+        if not isinstance(loss_fn, EmbeddingObjective):
+            raise ValueError(
+                f"loss_fn: config.embed_minibatch={config.embed_minibatch} caches the gradient of a loss of the "
+                f"embeddings; pass an EmbeddingObjective(inputs, loss), got {type(loss_fn).__name__}"
+            )
+        check_row_independent(model)
     t_start = time.perf_counter()
     # Under torchrun every rank runs this loop on its share of each global batch; rank 0 alone
     # writes metrics and checkpoints, evaluates and shows progress (see the README, "Distributed").
@@ -301,8 +321,11 @@ def fit(
     use_scaler = config.precision == "fp16"
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
+
     identity = {"seed": config.seed, "optim": to_dict(config.optim), "precision": config.precision}
-    extras = dict(extra_state or {})
 
     start = 0
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -320,13 +343,13 @@ def fit(
                         "resume with the config the run started with"
                     )
             saved_extra = state.get("extra", {})
-            if sorted(saved_extra) != sorted(extras):
+            if sorted(saved_extra) != sorted(extra):
                 raise ValueError(
-                    f"extra_state has {sorted(extras)} but the checkpoint in {out} has {sorted(saved_extra)}; "
+                    f"extra_state has {sorted(extra)} but the checkpoint in {out} has {sorted(saved_extra)}; "
                     "resume with the state the run started with"
                 )
             model.load_state_dict(state["model"])
-            for name, obj in extras.items():
+            for name, obj in extra.items():
                 obj.load_state_dict(saved_extra[name])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
@@ -339,7 +362,7 @@ def fit(
             assert metrics_path is not None
             if metrics_path is not None:
                 history = _read_metrics(metrics_path, start)
-                write_text_atomic(metrics_path, "".join(json.dumps(r) + "\n" for r in history))
+                write_text_atomic(metrics_path, "".join(dumps_json_checked(r, line=True) + "\n" for r in history))
     if start == 0 and out is not None and metrics_path is not None:
         # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
         # fallback to checkpoint.prev.pt can never land in another run
@@ -361,7 +384,7 @@ def fit(
             "rng": capture_rng(),
             "loss_sum": loss_sum.detach().cpu(),
             "loss_count": loss_count,
-            "extra": {name: obj.state_dict() for name, obj in extras.items()},
+            "extra": {key: obj.state_dict() for key, obj in extra.items()},
         }
         save_checkpoint(state, out)
 
@@ -395,10 +418,16 @@ def fit(
                 if distributed and not per_rank_batches:
                     batch = cd.shard_rows(batch)
                 batch = _to_device(batch, device)
-                with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                    loss, logs = _call_loss(loss_fn, net, batch)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                if config.embed_minibatch is not None:
+                    assert isinstance(loss_fn, EmbeddingObjective)
+                    loss, logs = cached_backward(
+                        model, loss_fn, batch, config.embed_minibatch, net=net, autocast=autocast, scale=scaler.scale
+                    )
+                else:
+                    with autocast():
+                        loss, logs = split_loss_output(loss_fn(net, batch))
+                    scaler.scale(loss).backward()
                 grad_norm: Tensor | None = None
                 if config.optim.grad_clip is not None:
                     scaler.unscale_(optimizer)
@@ -442,7 +471,7 @@ def fit(
                 if row:
                     history.append(row)
                     if mfile is not None:
-                        mfile.write(json.dumps(row) + "\n")
+                        mfile.write(dumps_json_checked(row, line=True) + "\n")
                         mfile.flush()
                 progress.update(done, last_loss, force=bool(row))
 

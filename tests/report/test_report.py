@@ -83,7 +83,22 @@ def test_curves_come_from_metrics_jsonl(runs) -> None:
     run = load_run(runs[0])
     assert list(run.curves) == ["train"]
     rows = [json.loads(x) for x in (runs[0] / "train" / "metrics.jsonl").read_text().splitlines()]
+    for row in rows:
+        del row["contrastlab_sha256"]  # every row carries its own checksum, verified and dropped on reading
     assert run.curves["train"] == rows and rows[-1]["step"] == 8
+
+
+def test_a_corrupted_metrics_row_is_refused_and_a_cut_last_row_skipped(runs, tmp_path: Path) -> None:
+    from contrastlab.io import CorruptFileError
+
+    lines = (runs[0] / "train" / "metrics.jsonl").read_text().splitlines()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join([*lines[:-1], lines[-1][:25]]))  # cut mid-row by a crash
+    assert [r["step"] for r in load_run(run).curves["train"]] == [2, 4, 6]
+    (run / "metrics.jsonl").write_text("\n".join([lines[0].replace('"step": 2', '"step": 3'), *lines[1:]]) + "\n")
+    with pytest.raises(CorruptFileError, match=r"metrics.jsonl line 1 is corrupted"):
+        load_run(run)
 
 
 def test_missing_runs_and_figures(runs, tmp_path: Path) -> None:

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 
-from contrastlab.io import FRAME_HEADER_BYTES, frame_bytes
-from contrastlab.train.checkpoint import CHECKPOINT_MAGIC, CheckpointError, load_checkpoint
-from fuzz.targets import FAMILIES, memory_cap
+from contrastlab.train.checkpoint import CheckpointError, load_checkpoint
+from fuzz.targets import FAMILIES, memory_cap, seal_checkpoint, unseal_checkpoint
 from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
 
 
@@ -25,15 +24,16 @@ def test_checkpoint_contract(data: bytes) -> None:
 
 
 def _seed_payload(tmp_path: Path) -> tuple[Path, bytearray]:
-    """A valid checkpoint's path and its torch payload (the bytes after the checksummed frame header)."""
+    """A valid checkpoint's path and the zip archive ``torch.save`` wrote (the file without its seal)."""
     FAMILIES["checkpoint"].seeds(tmp_path, 0)
     p = tmp_path / "checkpoint.pt"
-    return p, bytearray(p.read_bytes()[FRAME_HEADER_BYTES:])
+    return p, bytearray(unseal_checkpoint(p.read_bytes()))
 
 
 def _write_framed(p: Path, payload: bytearray) -> None:
-    """Frame a mutated payload with a valid header and SHA-256 (a tamperer who recomputes the checksum)."""
-    p.write_bytes(frame_bytes(bytes(payload), CHECKPOINT_MAGIC))
+    """Seal a mutated archive with a valid SHA-256 (a tamperer who recomputes the checksum)."""
+    p.write_bytes(bytes(payload))
+    seal_checkpoint(p.parent, p)
 
 
 def test_record_declaring_more_bytes_than_the_file_is_refused_before_torch_reads_it(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 from _tiny_run import CONFIG, STEPS, batch_at, eval_fn, loss_fn, make_model
 
-from contrastlab.io import frame_bytes
+from contrastlab.io import loads_json_verified, seal_zip
 from contrastlab.train import CheckpointError, TrainConfig, fit, latest_checkpoint, load_checkpoint
 from contrastlab.train.checkpoint import CHECKPOINT_MAGIC, CheckpointWarning, save_checkpoint
 
@@ -30,7 +30,9 @@ def _assert_same_params(a: torch.nn.Module, b: torch.nn.Module) -> None:
 
 
 def _metrics(d: Path) -> list[dict]:
-    return [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    return [
+        loads_json_verified(line.encode(), "metrics.jsonl") for line in (d / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +157,7 @@ def test_flipped_byte_in_a_weight_falls_back_to_previous_with_a_warning(tmp_path
     fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path)  # checkpoints at 5 and 10
     latest = tmp_path / "checkpoint.pt"
     _flip_a_weight_byte(latest)
-    with pytest.raises(CheckpointError, match="checkpoint.pt is corrupted: its payload does not match the SHA-256"):
+    with pytest.raises(CheckpointError, match="checkpoint.pt is corrupted: its content does not match the SHA-256"):
         load_checkpoint(latest)
     with pytest.warns(CheckpointWarning, match=r"checkpoint.pt is corrupted.*falling back to .*checkpoint.prev.pt"):
         state = latest_checkpoint(tmp_path)
@@ -243,15 +245,20 @@ def test_weights_only_refuses_arbitrary_pickles(tmp_path: Path) -> None:
     # a pickle with a valid header and checksum (as a hostile writer would make it) is still refused
     buffer = io.BytesIO()
     torch.save({"step": 1, "model": {}, "payload": Evil()}, buffer)
-    (tmp_path / "checkpoint.pt").write_bytes(frame_bytes(buffer.getvalue(), CHECKPOINT_MAGIC))
+    (tmp_path / "checkpoint.pt").write_bytes(seal_zip(buffer.getvalue(), CHECKPOINT_MAGIC))
     with pytest.warns(RuntimeWarning), pytest.raises(CheckpointError, match="unsafe"):
         latest_checkpoint(tmp_path)
 
 
-def test_a_bare_torch_save_file_has_no_header(tmp_path: Path) -> None:
+def test_a_bare_torch_save_file_has_no_checksum(tmp_path: Path) -> None:
     torch.save({"step": 1, "model": {}}, tmp_path / "checkpoint.pt")
-    with pytest.raises(CheckpointError, match="no contrastlab header"):
+    with pytest.raises(CheckpointError, match="has no contrastlab checksum"):
         load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_a_checkpoint_is_still_a_plain_torch_zip(reference) -> None:
+    plain = torch.load(reference[1] / "checkpoint.pt", weights_only=True)  # other tools read it as before
+    assert plain["step"] == STEPS and plain.keys() == load_checkpoint(reference[1] / "checkpoint.pt").keys()
 
 
 def test_resume_with_a_different_optimiser_is_refused(tmp_path: Path) -> None:
@@ -317,3 +324,17 @@ def test_fresh_run_in_a_used_folder_drops_old_checkpoints(tmp_path: Path) -> Non
     assert latest_checkpoint(tmp_path)["step"] == 3
     assert not (tmp_path / "checkpoint.prev.pt").exists()
     assert [r["step"] for r in _metrics(tmp_path)] == [2, 3]
+
+
+def test_metrics_rows_carry_checksums_and_a_corrupted_row_is_dropped_on_resume(tmp_path: Path) -> None:
+    fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=10), out_dir=tmp_path)  # rows at 2, 4, ..., 10
+    path = tmp_path / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    assert all(json.loads(line)["contrastlab_sha256"] for line in lines)  # each row is plain JSON, checksummed
+    # row 2 (step 4) gets a changed digit, which still parses; the last row is cut as by a crash mid-write
+    bad = lines[1].replace('"step": 4', '"step": 5')
+    path.write_text("\n".join([lines[0], bad, *lines[2:-1], lines[-1][:30]]))
+    with pytest.warns(RuntimeWarning, match=r"metrics.jsonl line 2 is corrupted.*dropped") as caught:
+        fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=12), out_dir=tmp_path, resume=True)
+    assert len(caught) == 1  # the cut last line is dropped quietly
+    assert [r["step"] for r in _metrics(tmp_path)] == [2, 6, 8, 12]  # 4 corrupted, 10 cut: both gone
