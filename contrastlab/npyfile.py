@@ -152,8 +152,10 @@ def _member(zf: zipfile.ZipFile, key: str, where: str) -> np.ndarray:
     return np.frombuffer(data, dtype=dtype).reshape(shape, order=order).copy()
 
 
-def load_npz(path: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    """Load the arrays ``keys`` of an ``.npz`` archive (never unpickling), each checked as :func:`load_npy` does.
+def load_npz(path: str | Path, keys: Sequence[str], *, optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Load the arrays ``keys`` (and those of ``optional`` that are present) of an ``.npz`` archive.
+
+    Never unpickles; each member is checked as :func:`load_npy` checks a file.
 
     Raises:
         NpyFormatError: not a zip archive, a member missing or malformed, a bad CRC, or an implausible size.
@@ -167,6 +169,9 @@ def load_npz(path: str | Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
         with zipfile.ZipFile(p) as zf:
             for key in keys:
                 out[key] = _member(zf, key, str(p))
+            for key in optional:
+                if key + ".npy" in zf.namelist():
+                    out[key] = _member(zf, key, str(p))
     except NpyFormatError:
         raise
     except (*_ZIP_ERRORS, RuntimeError) as e:  # RuntimeError: an encrypted member

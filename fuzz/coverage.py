@@ -35,6 +35,7 @@ READER_MODULES: dict[str, tuple[str, ...]] = {
     "imagenet32": ("contrastlab.data.imagenet32", "contrastlab.npyfile"),
     "tiny_imagenet": ("contrastlab.data.tiny_imagenet",),
     "cifar10h": ("contrastlab.data.cifar10h", "contrastlab.npyfile"),
+    "pairs": ("contrastlab.train.pairs", "contrastlab.search.mining", "contrastlab.npyfile"),
 }
 """The modules whose lines count for each family."""
 

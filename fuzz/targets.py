@@ -535,6 +535,44 @@ def _cifar10h_read(root: Path) -> Any:
     return [load_cifar10h(root / name, expected_shape=None) for name in _C10H_FILES]
 
 
+# ------------------------------------------------------------------------------------- pair files (train)
+_PAIRS_FILES = ("anchors.npy", "positives.npy", "corpus.npy", "negatives.npz")
+
+
+def _pairs_seeds(root: Path, i: int) -> None:
+    from contrastlab.search.mining import MinedNegatives
+
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(i)
+    n, m, f, k = 10, 8, 3, 2
+    np.save(root / "anchors.npy", rng.standard_normal((n, f)).astype(np.float32))
+    np.save(root / "positives.npy", rng.standard_normal((n, f)).astype(np.float32))
+    np.save(root / "corpus.npy", rng.standard_normal((m, f)).astype(np.float32))
+    ids = rng.integers(0, m, size=(n, k)).astype(np.int64)
+    ids[0, 1] = -1  # an anchor short of mined negatives
+    scores = rng.standard_normal((n, k)).astype(np.float32)
+    log_prob = np.log(np.full((n, k), 0.5)) if i % 2 else None
+    MinedNegatives(ids, scores, rng.standard_normal(n).astype(np.float32), log_prob).save(root / "negatives.npz")
+
+
+def _pairs_read(root: Path) -> Any:
+    from contrastlab.train.dataconf import apply_overrides
+    from contrastlab.train.job import JobConfig
+    from contrastlab.train.pairs import build_pairs
+
+    config = apply_overrides(
+        JobConfig(), {"data.name": "pairs", "data.root": str(root), "data.batch_size": "2", "eval.n": "2"}
+    )
+    source = build_pairs(config)
+    return source.batch_at(0), source.batch_at(1), source.eval_batch
+
+
+def _pairs_errors() -> tuple[type[BaseException], ...]:
+    from contrastlab.train.dataconf import ConfigError
+
+    return (ConfigError,)
+
+
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
@@ -558,6 +596,7 @@ FAMILIES: dict[str, Family] = {
         ),
         Family("tiny_imagenet", _TINY_FILES, _tiny_seeds, 2, _tiny_read, _data_errors()),
         Family("cifar10h", _C10H_FILES, _cifar10h_seeds, 3, _cifar10h_read, _data_errors()),
+        Family("pairs", _PAIRS_FILES, _pairs_seeds, 2, _pairs_read, _pairs_errors()),
     )
 }
 """Every reader family, by name."""
