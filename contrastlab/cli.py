@@ -53,14 +53,10 @@ def _fields_help(cls: type) -> str:
 
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
-    from contrastlab.io import CHECKSUM_KEY, read_json_verified
-    from contrastlab.train.dataconf import apply_overrides, from_dict, load_config_file, parse_overrides
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
     from contrastlab.train.job import JobConfig
 
-    data = load_config_file(path)
-    if CHECKSUM_KEY in data:  # a config.json contrastlab wrote (a previous run's): verify it, drop the checksum
-        data = read_json_verified(path)
-    cfg = from_dict(JobConfig, data)
+    cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
 
 
@@ -92,9 +88,9 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
-    from contrastlab.io import read_json_verified, write_json_atomic
+    from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict
+    from contrastlab.train.dataconf import read_config
     from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
     from contrastlab.train.trainer import resolve_device
 
@@ -103,7 +99,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     run = Path(args.run_dir)
     if not (run / "config.json").is_file():
         raise UsageError(f"eval: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
-    cfg = from_dict(JobConfig, read_json_verified(run / "config.json"))  # checksum verified first
+    cfg = read_config(JobConfig, run / "config.json", verified=True)  # checksum verified first
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
