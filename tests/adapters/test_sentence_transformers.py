@@ -196,7 +196,8 @@ def test_trainer_runs_a_step_with_each_loss(minilm, tmp_path, case: str) -> None
 
 def test_first_trainer_loss_equals_mnrl_on_the_same_batch(minilm) -> None:  # type: ignore[no-untyped-def]
     pairs = _tiny_pairs(True)
-    features = [minilm.tokenize(pairs.column(j)) for j in range(3)]
+    prepare = getattr(minilm, "preprocess", None) or minilm.tokenize
+    features = [prepare(pairs.column(j)) for j in range(3)]
     with torch.no_grad():
         ours = ContrastlabLoss(minilm, InfoNCELoss(temperature=0.05))(features, None)
         ref = MultipleNegativesRankingLoss(minilm, scale=20.0)(features, None)
