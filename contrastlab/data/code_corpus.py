@@ -44,6 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contrastlab.data.text_pairs import TextPairs
+
 __all__ = [
     "CODE_SOURCES",
     "SPLITS",
@@ -155,6 +157,11 @@ class CodeCorpus:
         if name not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)} or 'all', got {name!r}")
         return tuple(p for p in self.pairs if p.split == name)
+
+    def text_pairs(self, split: str = "train") -> TextPairs:
+        """The (query, positive) pairs of one split (or ``"all"``) as :class:`~contrastlab.data.text_pairs.TextPairs`."""
+        rows = tuple((p.query, p.positive) for p in self.split(split))
+        return TextPairs(rows, ("query", "positive"), f"code-corpus/{split}")
 
 
 def normalise_text(text: str) -> str:

@@ -39,6 +39,8 @@ def test_splits_follow_the_hash_of_the_qualified_name(stdlib_corpus: cc.CodeCorp
         # a Binomial(n, 0.1) count: 6 standard deviations either side
         assert abs(sizes[name] - frac * n) <= 6 * (n * frac * (1 - frac)) ** 0.5
     assert {p.split for p in stdlib_corpus.split("test")} == {"test"}
+    pairs = stdlib_corpus.text_pairs("test")
+    assert len(pairs) == sizes["test"] and pairs.columns == ("query", "positive")
 
 
 def test_positives_parse_as_python_headers(stdlib_corpus: cc.CodeCorpus) -> None:
