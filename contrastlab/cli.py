@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | data | search``.
+"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -183,6 +183,40 @@ def _cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------------------------- audit
+
+
+def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit import QUICK, AuditConfig
+    from contrastlab.audit.run import audit
+    from contrastlab.experiments import default_out_dir
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    overrides: dict[str, Any] = dict(parse_overrides(rest))
+    if args.model is not None:
+        overrides["model"] = args.model
+    if args.pairs is not None:
+        overrides["pairs"] = args.pairs
+    if args.quiet:
+        overrides["progress"] = False
+    cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
+    out = Path(args.out) if args.out else default_out_dir("audit")
+    try:
+        results = audit(cfg, out)
+    except ValueError as e:  # bad input: the message names the argument, file and line
+        raise UsageError(f"audit: {' '.join(str(e).split())}") from None
+    from rich.console import Console
+
+    from contrastlab.experiments.demo import _print_table
+
+    console = Console()
+    for table in results["tables"]:
+        _print_table(console, table)
+    console.print(results["summary"])
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 DATA_FILES: dict[str, dict[str, Any]] = {}
@@ -311,6 +345,27 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default: the run folder, or ./report for several)")
     subs["report"] = p
 
+    from contrastlab.audit import AuditConfig
+
+    p = sub.add_parser(
+        "audit",
+        help="audit any embedding model as a search engine (retrieval, softmax search, tails, norms)",
+        description="Audit a model (default: the bundled all-MiniLM-L6-v2) on the docstring code corpus or a "
+        "pairs file; writes results.json, figures and report.html. Any field can be overridden (--max_queries 500).",
+        epilog=_fields_help(AuditConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab run folder, or a .npy",
+    )
+    p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
+    p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
+    p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    subs["audit"] = p
+
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
@@ -346,7 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             init_from_env(timeout_s=float(os.environ.get("CONTRASTLAB_DIST_TIMEOUT", "600")))
         if args.command == "run":
             return _cmd_run(args, rest, subs["run"])
-        handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}
+        handler = {
+            "train": _cmd_train,
+            "eval": _cmd_eval,
+            "report": _cmd_report,
+            "data": _cmd_data,
+            "audit": _cmd_audit,
+        }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning
 
