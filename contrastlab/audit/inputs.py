@@ -112,23 +112,25 @@ def _is_run_folder(p: Path) -> bool:
 
 def _run_pairs(path: Path, device: str) -> AuditPairs:
     """A contrastlab run's encoder on its held-out (anchor, positive) pairs."""
+    from contrastlab.io import read_json_verified
     from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict, load_config_file
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder
+    from contrastlab.train.dataconf import from_dict
+    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, embed_rows
 
-    cfg = from_dict(JobConfig, load_config_file(path / "config.json"))
+    cfg = from_dict(JobConfig, read_json_verified(path / "config.json"))
     state = latest_checkpoint(path)
     if state is None:
         raise ValueError(f"model: {path} has no checkpoint")
     if cfg.data.name not in DATA_BUILDERS:
         raise ValueError(f"model: {path} was trained on {cfg.data.name!r}, which this version cannot rebuild")
     source = DATA_BUILDERS[cfg.data.name](cfg)
-    model = build_encoder(cfg, source.in_dim)
+    model = build_encoder(cfg, source)
     model.load_state_dict(state["model"])
     model.to(device).eval()
+    rows = cfg.data.batch_size
     with torch.no_grad():
-        a = model(source.eval_batch["anchor"].to(device)).float().cpu()
-        p = model(source.eval_batch["positive"].to(device)).float().cpu()
+        a = embed_rows(model, source.eval_batch["anchor"], torch.device(device), rows).cpu()
+        p = embed_rows(model, source.eval_batch["positive"], torch.device(device), rows).cpu()
     _check_2d(a, f"the encoder of {path}")
     n = a.shape[0]
     return AuditPairs(
