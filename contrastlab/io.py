@@ -26,6 +26,7 @@ Readers verify before parsing anything and raise :class:`CorruptFileError` namin
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import hashlib
 import json
 import math
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "default_out_dir",
     "atomic_path",
     "write_bytes_atomic",
     "write_text_atomic",
@@ -308,3 +310,8 @@ def open_sealed_zip(data: bytes, magic: bytes, path: str | os.PathLike[str]) -> 
     if digest.digest() != bytes(view[-32:]):
         raise CorruptFileError(f"{path} is corrupted: its content does not match the SHA-256 at its end")
     return data
+
+
+def default_out_dir(name: str, root: str | Path = "runs") -> Path:
+    """``runs/NAME-YYYYmmdd-HHMMSS`` (local time)."""
+    return Path(root) / f"{name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"

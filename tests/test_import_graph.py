@@ -101,26 +101,6 @@ def _on_cycles(graph: dict[str, set[str]]) -> set[str]:
     return {v for v in graph if v in reach(v)}
 
 
-#: Parts on the cycles left today, all through one edge: ``train.job`` imports ``experiments.host_info``
-#: (train → experiments → data → train, and experiments → eval → data). This set may only shrink; empty
-#: it when that import goes.
-KNOWN_CYCLE = {"data", "eval", "experiments", "train"}
-
-
 def test_no_cycle_between_subpackages():
     graph = import_graph()
-    on_cycles = _on_cycles(graph)
-    assert on_cycles <= KNOWN_CYCLE, f"import cycle through {sorted(on_cycles - KNOWN_CYCLE)}: {find_cycle(graph)}"
-
-
-def test_no_cycle_through_the_losses_or_the_collectives():
-    on_cycles = _on_cycles(import_graph())
-    assert not on_cycles & {"losses", "distributed", "_checks"}, sorted(on_cycles)
-
-
-def test_on_cycles_finds_every_node_of_a_cycle():
-    assert _on_cycles({"a": {"b"}, "b": {"a", "c"}, "c": set()}) == {"a", "b"}
-
-
-def test_distributed_imports_no_loss():
-    assert "losses" not in import_graph().get("distributed", set())
+    assert _on_cycles(graph) == set(), f"import cycle: {find_cycle(graph)}"

@@ -160,7 +160,7 @@ def risk_curve(
     Returns:
         ``{"ks", "risk": {"mean", "se"}, "limit": {"mean", "se"}, "gap": {"mean", "se"}, "slope": fit_slope(...)}``.
     """
-    from contrastlab.experiments.k_gap import fit_slope
+    from contrastlab.theory.risk import fit_slope
 
     m = documents.shape[0]
     if m < 2:

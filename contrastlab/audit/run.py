@@ -77,8 +77,8 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
             not a 2-D embedding — named in the message; nothing is written then.
     """
     import contrastlab
-    from contrastlab.experiments import default_out_dir, host_info
-    from contrastlab.io import to_jsonable, write_json_atomic
+    from contrastlab.host import host_info
+    from contrastlab.io import default_out_dir, to_jsonable, write_json_atomic
     from contrastlab.report import write_report
 
     cfg = config or AuditConfig()

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from contrastlab.data.augment import Augmentation
 from contrastlab.data.base import ImageDataset
-from contrastlab.train.sampler import EpochSampler, step_generator
+from contrastlab.data.sampler import EpochSampler, step_generator
 
 __all__ = ["TwoViewBatches"]
 

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from contrastlab.host import host_info
+from contrastlab.io import default_out_dir
 
 __all__ = [
     "list_experiments",
@@ -112,11 +113,6 @@ def resolve_config(
     else:
         raise TypeError(f"config must be a {name} Config, a dict or None, got {type(config).__name__}")
     return apply_overrides(resolved, overrides) if overrides else resolved
-
-
-def default_out_dir(name: str, root: str | Path = "runs") -> Path:
-    """``runs/NAME-YYYYmmdd-HHMMSS`` (local time)."""
-    return Path(root) / f"{name}-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
 
 
 def validate_results(results: Any, out_dir: Path, name: str = "experiment") -> dict[str, Any]:

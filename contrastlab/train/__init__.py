@@ -5,6 +5,7 @@ are pure functions of the step (:class:`EpochSampler`, :func:`step_generator`); 
 dataclasses validated field by field (:mod:`contrastlab.train.dataconf`).
 """
 
+from contrastlab.data.sampler import EpochSampler, step_generator
 from contrastlab.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from contrastlab.train.config import OptimConfig, TrainConfig
 from contrastlab.train.dataconf import (
@@ -18,7 +19,6 @@ from contrastlab.train.dataconf import (
 from contrastlab.train.grad_cache import cached_backward
 from contrastlab.train.job import DATA_BUILDERS, DataSource, JobConfig, run_job
 from contrastlab.train.objective import EmbeddingObjective
-from contrastlab.train.sampler import EpochSampler, step_generator
 from contrastlab.train.schedule import LRSchedule, lr_factor
 from contrastlab.train.trainer import Stateful, TrainResult, fit, resolve_device
 

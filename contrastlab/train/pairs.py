@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrastlab.data.sampler import EpochSampler
 from contrastlab.npyfile import NpyFormatError, load_npy
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.sampler import EpochSampler
 from contrastlab.train.sources import DataSource
 
 if TYPE_CHECKING:

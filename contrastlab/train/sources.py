@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor
 
+from contrastlab.data.sampler import step_generator
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.sampler import step_generator
 
 if TYPE_CHECKING:
     from contrastlab.data.base import ImageDataset
