@@ -113,15 +113,20 @@ def nt_xent(
     block = tiled.plan_chunk_size(
         2 * n, 2 * n_global, itemsize, checked["chunk_size"], tiled.DENSE_MEMORY_BUDGET_BYTES, keeps_logits=keep
     )
+    # Local views against the 2N candidates; a view is never its own candidate: view a's self column is
+    # offset + i, view b's N + offset + i. When every view is local (one process) those are the diagonal
+    # of one 2N × 2N matrix: a single sweep.
+    if n == n_global:
+        row_sets = [(torch.cat([qa, qb]), 0)]
+    else:
+        row_sets = [(qa, offset), (qb, n_global + offset)]
     lse = []
-    # Each half of the local views against the 2N candidates; a view is never its own candidate: view
-    # a's self column is offset + i, view b's N + offset + i.
-    for rows, self_col in ((qa, offset), (qb, n_global + offset)):
+    for rows, self_col in row_sets:
         if block is None:
             lse.append(tiled.dense_row_lse(rows, cand, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep))
         else:
             lse.append(tiled.tiled_lse(rows, cand, block=block, exclude_diagonal=True, col_offset=self_col))
-    loss = torch.cat([lse[0] - pos, lse[1] - pos])
+    loss = torch.cat(lse) - torch.cat([pos, pos])
     return check_finite_loss(cd.share(loss, reduction, 2 * n_global, gather=gather), "z_a/z_b", gather=gather)
 
 

@@ -21,6 +21,7 @@ from contrastlab.search.metrics import (
     r_precision,
     recall_at_k,
 )
+from contrastlab.search.mining import MinedNegatives, mine_hard_negatives, per_anchor_negatives
 from contrastlab.search.softmax import (
     NpyBlocks,
     SoftmaxSearch,
@@ -34,6 +35,9 @@ from contrastlab.search.softmax import (
 )
 
 __all__ = [
+    "MinedNegatives",
+    "mine_hard_negatives",
+    "per_anchor_negatives",
     "EmbeddingIndex",
     "IndexFormatError",
     "SearchResult",

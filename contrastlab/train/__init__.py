@@ -15,10 +15,12 @@ from contrastlab.train.dataconf import (
     load_config_file,
     to_dict,
 )
+from contrastlab.train.grad_cache import cached_backward
 from contrastlab.train.job import DATA_BUILDERS, DataSource, JobConfig, run_job
+from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sampler import EpochSampler, step_generator
 from contrastlab.train.schedule import LRSchedule, lr_factor
-from contrastlab.train.trainer import TrainResult, fit, resolve_device
+from contrastlab.train.trainer import Stateful, TrainResult, fit, resolve_device
 
 __all__ = [
     "fit",
@@ -44,4 +46,7 @@ __all__ = [
     "DataSource",
     "DATA_BUILDERS",
     "run_job",
+    "EmbeddingObjective",
+    "cached_backward",
+    "Stateful",
 ]

@@ -67,6 +67,10 @@ class TrainConfig:
     """show a progress bar with loss and throughput (only when stderr is a terminal)"""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """optimiser and learning-rate schedule"""
+    embed_minibatch: int | None = None
+    """gradient caching (Gao et al. 2021, arXiv 2101.06983): embed this many rows per forward pass and
+    back-propagate the cached gradient of the loss (memory of one mini-batch's activations, one extra
+    forward); needs an EmbeddingObjective as the loss; None: one forward pass over the whole batch"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -77,5 +81,7 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.log_every == 0:
             raise ConfigError("log_every must be >= 1, got 0")
+        if self.embed_minibatch is not None and self.embed_minibatch < 1:
+            raise ConfigError(f"embed_minibatch must be >= 1 or None, got {self.embed_minibatch}")
         if not (self.device in ("cpu", "cuda", "auto", "mps") or self.device.startswith("cuda:")):
             raise ConfigError(f"device must be cpu, cuda, cuda:N or auto, got {self.device!r}")

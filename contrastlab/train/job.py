@@ -30,6 +30,7 @@ from torch import Tensor, nn
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
+from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "DATA_BUILDERS",
     "build_sphere",
     "loss_registry",
+    "embed_rows",
     "call_loss",
     "check_job",
     "build_encoder",
@@ -90,7 +92,7 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, digits, cifar10, cifar100,
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, digits, cifar10, cifar100,
     cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
@@ -195,26 +197,14 @@ _SET_BY_JOB = ("temperature", "symmetric", "normalize", "gather", "negatives", "
 
 
 def loss_registry() -> Mapping[str, Callable[..., Any]]:
-    """The loss registry the job dispatches through: name → loss function, :data:`contrastlab.losses.LOSSES`.
+    """The loss registry the job dispatches through: :data:`contrastlab.losses.LOSSES` (name → loss function).
 
     A loss function takes the two views ``(anchor, positive)`` (or, when it has a ``labels`` parameter,
     the stacked embeddings and their labels) and keywords; :func:`call_loss` passes those it accepts.
     """
-    from contrastlab import losses
+    from contrastlab.losses import LOSSES
 
-    registry = getattr(losses, "LOSSES", None)
-    if registry is not None:
-        return cast(Mapping[str, Callable[..., Any]], registry)
-    from functools import partial
-
-    return {
-        "info_nce": losses.info_nce,
-        "dcl": partial(losses.info_nce, variant="dcl"),
-        "nt_xent": losses.nt_xent,
-        "supcon": losses.supcon,
-        "weince": losses.weince,
-        "support_corrected": losses.support_corrected_info_nce,
-    }
+    return LOSSES
 
 
 def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
@@ -433,31 +423,28 @@ def call_loss(
     return cast(Tensor, fn(*args, **kwargs))
 
 
-def make_loss_fn(config: JobConfig) -> Callable[[nn.Module, dict[str, Tensor]], Tensor]:
-    """``(model, batch) -> loss`` for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
+def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
+    """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
 
-    Anchors, positives and fresh negatives go through the model in one pass (BatchNorm sees them all).
-    Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
+    The encoder embeds anchors, positives and any fresh negatives of the batch (``(M, *in_shape)`` or
+    ``(N, K, *in_shape)``) as one stack, so BatchNorm sees them all and ``train.embed_minibatch`` can
+    cache it. Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
     """
 
-    def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        n = batch["anchor"].shape[0]
+    def inputs(batch: dict[str, Tensor]) -> Tensor:
         raw = batch.get("negatives")
-        labels = batch.get("labels")
-        if raw is None:
-            a, p = model(torch.cat([batch["anchor"], batch["positive"]])).split(n)
-            return call_loss(config.loss, a, p, labels=labels, gather=True)
-        shape = batch["anchor"].shape[1:]
-        flat = raw.reshape(-1, *shape)
-        emb = model(torch.cat([batch["anchor"], batch["positive"], flat]))
-        a, p, negs = emb[:n], emb[n : 2 * n], emb[2 * n :]
-        negs = negs.view(*raw.shape[: raw.ndim - len(shape)], -1)
-        return call_loss(config.loss, a, p, labels=labels, negatives=negs, gather=True)
+        extra = [] if raw is None else [raw.reshape(-1, *batch["anchor"].shape[1:])]
+        return torch.cat([batch["anchor"], batch["positive"], *extra])
 
-    return loss_fn
+    def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        n, raw = batch["anchor"].shape[0], batch.get("negatives")
+        negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
+        return call_loss(config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True)
+
+    return EmbeddingObjective(inputs=inputs, loss=loss)
 
 
-def _embed(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
+def embed_rows(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
     """``model`` over ``x`` in blocks of ``rows`` rows (bounded memory), float32 on ``device``.
 
     ``uint8`` images are scaled to [0, 1] block by block, so a large image set is never held in float.
@@ -493,8 +480,8 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
         represent = cast(nn.Module, getattr(model, "encoder", model))
-        a = _embed(model, held_out["anchor"], device, b)
-        p = _embed(model, held_out["positive"], device, b)
+        a = embed_rows(model, held_out["anchor"], device, b)
+        p = embed_rows(model, held_out["positive"], device, b)
         labels = held_out.get("labels")
         chunk_losses = [
             float(
@@ -513,12 +500,12 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
             "uniformity": float(uniformity(a)),
         }
         if "latent" in held_out:
-            rep = a if represent is model else _embed(represent, held_out["anchor"], device, b)
+            rep = a if represent is model else embed_rows(represent, held_out["anchor"], device, b)
             rep = torch.nn.functional.normalize(rep, dim=1) if config.loss.normalize else rep
             out["latent_r2"] = linear_r2(held_out["latent"], rep.cpu(), seed=config.eval.seed)
         if source.probe_train is not None:
-            train_x = _embed(represent, source.probe_train["clean"], device, b).cpu()
-            test_x = _embed(represent, held_out["clean"], device, b).cpu()
+            train_x = embed_rows(represent, source.probe_train["clean"], device, b).cpu()
+            test_x = embed_rows(represent, held_out["clean"], device, b).cpu()
             probe = linear_probe(
                 train_x, source.probe_train["labels"], test_x, held_out["labels"], num_classes=source.num_classes
             )

@@ -7,6 +7,8 @@ Entries:
   :mod:`contrastlab.worlds.mixing` (:class:`~contrastlab.worlds.vmf_world.SphereWorld`);
 * ``concepts`` — the concept tree of :class:`~contrastlab.worlds.concepts.ConceptWorld` (Zipfian
   frequencies, generic and specific items), noisy feature views;
+* ``pairs`` — stored (anchor, positive) feature pairs with optional mined hard negatives
+  (:mod:`contrastlab.train.pairs`);
 * every file-backed image dataset of :data:`contrastlab.data.registry.DATASETS` (``digits``, ``cifar10``,
   ``cifar100``, ``cifar10h``, ``stl10``, ``svhn``, ``imagenet32``, ``tiny-imagenet``) — SimCLR's two views
   per image (:class:`~contrastlab.data.views.TwoViewBatches`) through an augmentation pipeline of
@@ -205,9 +207,17 @@ def _image_builders() -> dict[str, Callable[[JobConfig], DataSource]]:
     return {name: partial(build_images, name) for name in DATASETS}
 
 
+def build_pairs(config: JobConfig) -> DataSource:
+    """Stored (anchor, positive) pairs with optional mined negatives (:mod:`contrastlab.train.pairs`)."""
+    from contrastlab.train.pairs import build_pairs as build
+
+    return build(config)
+
+
 DATA_BUILDERS: dict[str, Callable[[JobConfig], DataSource]] = {
     "sphere": build_sphere,
     "concepts": build_concepts,
+    "pairs": build_pairs,
     **_image_builders(),
 }
 """Dataset name → ``build(config) -> DataSource``; ``data.name`` of a job is a key of this dict."""

@@ -37,6 +37,8 @@ from contrastlab.train.checkpoint import (
 )
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
+from contrastlab.train.grad_cache import cached_backward, check_row_independent
+from contrastlab.train.objective import EmbeddingObjective, split_loss_output
 from contrastlab.train.schedule import LRSchedule
 
 __all__ = ["fit", "TrainResult", "Stateful", "resolve_device", "METRICS_NAME"]
@@ -47,13 +49,17 @@ LossFn = Callable[[nn.Module, Any], "Tensor | tuple[Tensor, dict[str, float]]"]
 
 
 class Stateful(Protocol):
-    """Anything with ``state_dict()``/``load_state_dict()`` of tensors and plain values (a queue, a cache)."""
+    """Training state outside the model and optimiser (a queue of negatives, a momentum encoder).
+
+    :func:`fit` saves ``state_dict()`` (tensors and plain containers) in every checkpoint and calls
+    ``load_state_dict`` on resume, so the run stays bit-identical across an interruption.
+    """
 
     def state_dict(self) -> dict[str, Any]:
-        """The state to checkpoint: tensors, numbers, strings and dicts/lists of them."""
+        """The state to save: tensors and plain containers only (loaded with ``weights_only=True``)."""
         ...
 
-    def load_state_dict(self, state_dict: dict[str, Any], /) -> Any:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
         ...
 
@@ -211,22 +217,9 @@ def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _call_loss(loss_fn: LossFn, model: nn.Module, batch: Any) -> tuple[Tensor, dict[str, float]]:
-    out = loss_fn(model, batch)
-    if isinstance(out, tuple):
-        loss, logs = out
-    else:
-        loss, logs = out, {}
-    if not isinstance(loss, Tensor) or loss.ndim != 0:
-        raise ValueError(
-            f"loss_fn must return a scalar tensor (optionally with a logs dict), got {type(loss).__name__}"
-        )
-    return loss.float(), logs
-
-
 def fit(
     model: nn.Module,
-    loss_fn: LossFn,
+    loss_fn: LossFn | EmbeddingObjective,
     batch_at: Callable[[int], Any],
     config: TrainConfig,
     *,
@@ -254,7 +247,9 @@ def fit(
 
     Args:
         model: every trainable parameter (a learnable temperature included) must belong to it.
-        loss_fn: ``(model, batch) -> loss`` or ``(loss, {name: float})``.
+        loss_fn: ``(model, batch) -> loss`` or ``(loss, {name: float})``, or an
+            :class:`~contrastlab.train.EmbeddingObjective` (needed by ``config.embed_minibatch``:
+            gradient caching, :mod:`contrastlab.train.grad_cache`).
         batch_at: a pure function of the 0-based step returning the batch (tensors, or
             tuples/lists/dicts of them), e.g. seeded by :func:`contrastlab.train.step_generator`.
         config: the loop's settings.
@@ -262,16 +257,18 @@ def fit(
         resume: continue from the newest checkpoint in ``out_dir``.
         eval_fn: ``(model, step) -> {metric: float}``.
         on_step: called after each optimiser step with ``(model, step, loss)``.
-        extra_state: more state to checkpoint and restore with the model, by name (e.g. a queue of
-            negatives): each object's ``state_dict()`` is saved under ``checkpoint["extra"][name]`` and
-            given back to its ``load_state_dict`` on resume.
+        extra_state: named objects with ``state_dict``/``load_state_dict`` (:class:`Stateful`) saved
+            in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.NegativeQueue`).
 
     Returns:
         A :class:`TrainResult`; the model is in eval mode.
 
     Raises:
         ValueError: ``resume`` without ``out_dir``, a checkpoint from another optimiser or seed or
-            with other ``extra_state`` names, ``device`` unavailable, or a loss that is not a scalar tensor.
+            with other ``extra_state`` names, ``device`` unavailable, a loss that is not a scalar tensor,
+            or ``config.embed_minibatch`` with a ``loss_fn`` that is not an ``EmbeddingObjective`` or a
+            model with BatchNorm.
+        TypeError: ``extra_state`` entries without ``state_dict``/``load_state_dict``.
         contrastlab.train.CheckpointError: checkpoint files exist but none loads.
         KeyboardInterrupt: on SIGINT, after the checkpoint is written.
     """
@@ -279,6 +276,19 @@ def fit(
         raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (the directory holding the checkpoint)")
+    extra = dict(extra_state or {})
+    for key, obj in extra.items():
+        if not (callable(getattr(obj, "state_dict", None)) and callable(getattr(obj, "load_state_dict", None))):
+            raise TypeError(
+                f"extra_state[{key!r}] must have state_dict() and load_state_dict(), got {type(obj).__name__}"
+            )
+    if config.embed_minibatch is not None:
+        if not isinstance(loss_fn, EmbeddingObjective):
+            raise ValueError(
+                f"loss_fn: config.embed_minibatch={config.embed_minibatch} caches the gradient of a loss of the "
+                f"embeddings; pass an EmbeddingObjective(inputs, loss), got {type(loss_fn).__name__}"
+            )
+        check_row_independent(model)
     t_start = time.perf_counter()
     # Under torchrun every rank runs this loop on its share of each global batch; rank 0 alone
     # writes metrics and checkpoints, evaluates and shows progress (see the README, "Distributed").
@@ -311,8 +321,11 @@ def fit(
     use_scaler = config.precision == "fp16"
     scaler = torch.amp.GradScaler(device.type, enabled=use_scaler)
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(config.precision)
+
+    def autocast() -> contextlib.AbstractContextManager[Any]:
+        return torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None)
+
     identity = {"seed": config.seed, "optim": to_dict(config.optim), "precision": config.precision}
-    extras = dict(extra_state or {})
 
     start = 0
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
@@ -330,13 +343,13 @@ def fit(
                         "resume with the config the run started with"
                     )
             saved_extra = state.get("extra", {})
-            if sorted(saved_extra) != sorted(extras):
+            if sorted(saved_extra) != sorted(extra):
                 raise ValueError(
-                    f"extra_state has {sorted(extras)} but the checkpoint in {out} has {sorted(saved_extra)}; "
+                    f"extra_state has {sorted(extra)} but the checkpoint in {out} has {sorted(saved_extra)}; "
                     "resume with the state the run started with"
                 )
             model.load_state_dict(state["model"])
-            for name, obj in extras.items():
+            for name, obj in extra.items():
                 obj.load_state_dict(saved_extra[name])
             optimizer.load_state_dict(state["optimizer"])
             schedule.load_state_dict(state["schedule"])
@@ -371,7 +384,7 @@ def fit(
             "rng": capture_rng(),
             "loss_sum": loss_sum.detach().cpu(),
             "loss_count": loss_count,
-            "extra": {name: obj.state_dict() for name, obj in extras.items()},
+            "extra": {key: obj.state_dict() for key, obj in extra.items()},
         }
         save_checkpoint(state, out)
 
@@ -405,10 +418,16 @@ def fit(
                 if distributed and not per_rank_batches:
                     batch = cd.shard_rows(batch)
                 batch = _to_device(batch, device)
-                with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-                    loss, logs = _call_loss(loss_fn, net, batch)
                 optimizer.zero_grad(set_to_none=True)
-                scaler.scale(loss).backward()
+                if config.embed_minibatch is not None:
+                    assert isinstance(loss_fn, EmbeddingObjective)
+                    loss, logs = cached_backward(
+                        model, loss_fn, batch, config.embed_minibatch, net=net, autocast=autocast, scale=scaler.scale
+                    )
+                else:
+                    with autocast():
+                        loss, logs = split_loss_output(loss_fn(net, batch))
+                    scaler.scale(loss).backward()
                 grad_norm: Tensor | None = None
                 if config.optim.grad_clip is not None:
                     scaler.unscale_(optimizer)

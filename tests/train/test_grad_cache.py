@@ -1,0 +1,208 @@
+"""Gradient caching gives the loss and every parameter gradient of the uncached step (float64, dropout on)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from contrastlab.losses import alignment, info_nce, nt_xent, supcon, uniformity, weince
+from contrastlab.train import ConfigError, EmbeddingObjective, OptimConfig, TrainConfig, cached_backward, fit
+from contrastlab.train.grad_cache import check_embed_minibatch
+
+N, IN, D = 11, 7, 5  # 11 pairs: 22 rows to embed, split 5 + 5 + 5 + 5 + 2 (an uneven last mini-batch)
+
+# Every loss of the family as a function of the (2N, D) embeddings [anchors; positives] and the batch.
+LOSSES = {
+    "info_nce": lambda a, p, b: info_nce(a, p, temperature=0.2),
+    "info_nce_symmetric": lambda a, p, b: info_nce(a, p, temperature=0.2, symmetric=True),
+    "dcl": lambda a, p, b: info_nce(a, p, temperature=0.2, variant="dcl"),
+    "info_nce_tiled": lambda a, p, b: info_nce(a, p, temperature=0.2, chunk_size=4),
+    "info_nce_shared_negatives": lambda a, p, b: info_nce(a, p, p.flip(0)[:4], temperature=0.2),
+    "nt_xent": lambda a, p, b: nt_xent(a, p, temperature=0.5),
+    "supcon": lambda a, p, b: supcon(torch.cat([a, p]), torch.cat([b[2], b[2]]), temperature=0.3),
+    "weince": lambda a, p, b: weince(a, p, temperature=0.5),
+    "alignment_uniformity": lambda a, p, b: alignment(a, p) + uniformity(a),
+}
+
+
+def _objective(name: str) -> EmbeddingObjective:
+    return EmbeddingObjective(
+        inputs=lambda b: torch.cat([b[0], b[1]]),
+        loss=lambda e, b: LOSSES[name](*e.split(b[0].shape[0]), b),
+    )
+
+
+def _model(dropout: float) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Linear(IN, 16), nn.Tanh(), nn.Dropout(dropout), nn.Linear(16, 16), nn.GELU(), nn.Dropout(dropout),
+        nn.Linear(16, D),
+    ).double()  # fmt: skip
+
+
+def _batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(N, IN, generator=g, dtype=torch.float64)
+    return x, x + 0.3 * torch.randn(N, IN, generator=g, dtype=torch.float64), torch.randint(0, 3, (N,), generator=g)
+
+
+def _grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.clone() for p in model.parameters()]
+
+
+def _close(got: list[torch.Tensor], want: list[torch.Tensor], rtol: float) -> None:
+    # relative to each gradient's largest entry: the two sides differ only in the order of summation
+    for g, w in zip(got, want, strict=True):
+        assert (g - w).abs().max() <= rtol * w.abs().max(), float((g - w).abs().max() / w.abs().max())
+
+
+@pytest.mark.parametrize("name", sorted(LOSSES))
+def test_cached_equals_the_graph_of_the_same_minibatches_with_dropout(name):
+    """Dropout on: the reference embeds the same mini-batches from the same RNG state with a graph."""
+    objective, batch, mb = _objective(name), _batch(), 5
+    model = _model(0.3)
+    torch.manual_seed(7)
+    rows = objective.inputs(batch)
+    emb = torch.cat([model(c) for c in rows.split(mb)])
+    ref_loss = objective.loss(emb, batch)
+    ref_loss.backward()
+    ref_grads, ref_rng = _grads(model), torch.get_rng_state()
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    loss, _ = cached_backward(model, objective, batch, mb)
+    # pass 1 computes the embeddings with the same ops on the same rows: the loss is bit-identical
+    # (returned in fp32, as the trainer logs it)
+    assert torch.equal(loss, ref_loss.detach().float())
+    _close(_grads(model), ref_grads, 1e-12)
+    # the replay restored the RNG to where the embedding pass left it
+    assert torch.equal(torch.get_rng_state(), ref_rng)
+
+
+@pytest.mark.parametrize("name", ["info_nce", "nt_xent", "supcon"])
+def test_cached_equals_one_forward_without_dropout(name):
+    """Without dropout the uncached path (one forward over all rows, as fit runs it) gives the same step."""
+    objective, batch = _objective(name), _batch()
+    model = _model(0.0)
+    ref_loss = objective(model, batch)
+    ref_loss.backward()
+    ref_grads = _grads(model)
+    for mb in (1, 3, 5, 2 * N):
+        model.zero_grad(set_to_none=True)
+        loss, _ = cached_backward(model, objective, batch, mb)
+        # float64 matmuls over different row blocks (rounding of order 1e-16 relative), then the loss
+        # is returned in fp32: at most one fp32 ulp apart
+        assert loss.item() == pytest.approx(ref_loss.item(), rel=2**-22)
+        _close(_grads(model), ref_grads, 1e-11)
+
+
+def test_dropout_masks_are_replayed():
+    """The replayed forward passes draw pass 1's dropout masks: without the replay the gradient differs."""
+    objective, batch = _objective("info_nce"), _batch()
+    model = _model(0.5)
+    torch.manual_seed(3)
+    cached_backward(model, objective, batch, 4)
+    cached = _grads(model)
+    # the same step whose replays draw fresh masks (RNG restore disabled): a different gradient
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(3)
+    rows = objective.inputs(batch)
+    with torch.no_grad():
+        emb = torch.cat([model(c) for c in rows.split(4)])
+    emb.requires_grad_()
+    objective.loss(emb, batch).backward()
+    for i, c in enumerate(rows.split(4)):
+        model(c).backward(emb.grad[4 * i : 4 * i + c.shape[0]])
+    fresh = _grads(model)
+    assert max(float((a - b).abs().max()) for a, b in zip(cached, fresh, strict=True)) > 1e-3
+
+
+def test_scale_multiplies_every_gradient():
+    """A grad scaler's scale (here × 2^10, exact in float64) reaches every parameter gradient."""
+    objective, batch = _objective("info_nce"), _batch()
+    model = _model(0.0)
+    cached_backward(model, objective, batch, 4)
+    plain = _grads(model)
+    model.zero_grad(set_to_none=True)
+    loss, _ = cached_backward(model, objective, batch, 4, scale=lambda x: x * 1024.0)
+    for g, p in zip(_grads(model), plain, strict=True):
+        assert torch.equal(g, p * 1024.0)
+
+
+def test_bf16_autocast_cached_equals_the_same_minibatches_with_a_graph():
+    objective, batch = _objective("info_nce"), _batch()
+    batch = tuple(t.float() if t.is_floating_point() else t for t in batch)
+    model = _model(0.0).float()
+
+    def autocast():
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
+    def forward(c):
+        # one autocast region per mini-batch, as in the cached replay: each takes its own bf16 copy of
+        # the weights, whose gradient is cast to fp32 and accumulated there (one region for all would
+        # accumulate the copies' gradients in bf16)
+        with autocast():
+            return model(c)
+
+    rows = objective.inputs(batch)
+    emb = torch.cat([forward(c) for c in rows.split(6)])
+    with autocast():
+        ref = objective.loss(emb, batch)
+    ref.backward()
+    ref_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    loss, _ = cached_backward(model, objective, batch, 6, autocast=autocast)
+    assert loss.dtype == torch.float32 and torch.equal(loss, ref.detach().float())
+    # the same bf16 products, accumulated into fp32 gradients over 4 mini-batches in another order:
+    # a few fp32 roundings (2^-24 each) of the largest partial sum
+    _close(_grads(model), ref_grads, 1e-5)
+
+
+def test_fit_with_embed_minibatch_trains_like_fit_without():
+    objective = _objective("info_nce")
+    results = []
+    for mb in (None, 6):
+        model = _model(0.0)
+        cfg = TrainConfig(steps=4, progress=False, embed_minibatch=mb, optim=OptimConfig(name="sgd", lr=0.5))
+        fit(model, objective, lambda step: _batch(), cfg)
+        results.append([p.detach().clone() for p in model.parameters()])
+    _close(results[1], results[0], 1e-11)
+
+
+@pytest.mark.parametrize("bad", [0, -3, 23, True, 2.0])
+def test_bad_minibatch_is_refused_before_any_forward(bad):
+    model = _model(0.0)
+    calls = []
+    objective = EmbeddingObjective(inputs=lambda b: torch.cat([b[0], b[1]]), loss=lambda e, b: calls.append(1))
+    with pytest.raises((ValueError, TypeError), match="^embed_minibatch"):
+        cached_backward(model, objective, _batch(), bad)
+    assert not calls and all(p.grad is None for p in model.parameters())
+
+
+def test_config_and_fit_refuse_bad_combinations_before_any_step():
+    with pytest.raises(ConfigError, match="^embed_minibatch"):
+        TrainConfig(embed_minibatch=0)
+
+    def never(step):
+        raise AssertionError("no batch may be drawn")
+
+    cfg = TrainConfig(steps=1, progress=False, embed_minibatch=4)
+    with pytest.raises(ValueError, match="^loss_fn"):  # a loss that is not a function of embeddings
+        fit(_model(0.0), lambda m, b: m(b[0]).sum(), never, cfg)
+    bn = nn.Sequential(nn.Linear(IN, 8), nn.BatchNorm1d(8), nn.Linear(8, D)).double()
+    with pytest.raises(ValueError, match="^embed_minibatch: layer '1'"):
+        fit(bn, _objective("info_nce"), never, cfg)
+    with pytest.raises(TypeError, match="^embed_minibatch"):
+        check_embed_minibatch(None)
+
+
+def test_objective_checks_its_inputs_and_the_model_output():
+    with pytest.raises(TypeError, match="^loss must be callable"):
+        EmbeddingObjective(inputs=lambda b: b, loss=3)
+    objective = EmbeddingObjective(inputs=lambda b: b[:0], loss=lambda e, b: e.sum())
+    with pytest.raises(TypeError, match="^inputs"):
+        objective(_model(0.0), torch.randn(3, IN, dtype=torch.float64))
+    flat = EmbeddingObjective(inputs=lambda b: b, loss=lambda e, b: e.sum())
+    with pytest.raises(ValueError, match="^model must map"):
+        flat(lambda x: x.sum(), torch.randn(3, IN))
