@@ -69,12 +69,13 @@ def child(family_name: str, findings: Path, libfuzzer_args: list[str]) -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
-    for name in INSTRUMENT_LOADED:
+    for name in INSTRUMENT_LOADED:  # every function whose code lives in the module's file
         module = importlib.import_module(name)
+        source = module.__file__
         for obj in list(vars(module).values()):
-            members = vars(obj).values() if inspect.isclass(obj) and obj.__module__ == name else [obj]
+            members = list(vars(obj).values()) if inspect.isclass(obj) else [obj]
             for fn in members:
-                if inspect.isfunction(fn) and fn.__module__ == name:
+                if inspect.isfunction(fn) and fn.__code__.co_filename == source:
                     atheris.instrument_func(fn)
 
     with atheris.instrument_imports(include=INSTRUMENT_ON_IMPORT):
