@@ -29,6 +29,7 @@ _MAT_ERRORS: tuple[type[Exception], ...] = (
     AttributeError,
     OverflowError,
     NotImplementedError,
+    NameError,  # scipy's compiled reader raises UnboundLocalError on an unknown array class
     zlib.error,
 )
 
@@ -80,7 +81,7 @@ def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:
     mat = _loadmat(path)
     if "X" not in mat or "y" not in mat:
         raise DatasetFormatError(
-            f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if k[0] != '_')}"
+            f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if not k.startswith('_'))[:20]}"
         )
     x, y = mat["X"], mat["y"]
     if not isinstance(y, np.ndarray) or y.dtype.kind not in "iuf" or y.ndim != 2 or y.shape[1:] != (1,):

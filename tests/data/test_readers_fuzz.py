@@ -18,7 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contrastlab.data import DatasetFormatError, load_cifar10, load_imagenet32, load_stl10, load_tiny_imagenet
+from contrastlab.data import (
+    DatasetFormatError,
+    load_cifar10,
+    load_imagenet32,
+    load_stl10,
+    load_svhn,
+    load_tiny_imagenet,
+)
 from contrastlab.data.cifar import restricted_load
 from fuzz.targets import FAMILIES, memory_cap
 from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
@@ -143,3 +150,14 @@ def test_tiny_imagenet_jpeg_size_is_checked_before_decoding(tmp_path: Path) -> N
         jpeg.write_bytes(data[: sof + 5] + struct.pack(">HH", side, side) + data[sof + 9 :])
         with memory_cap(MEMORY_BUDGET), pytest.raises(DatasetFormatError, match=message):
             load_tiny_imagenet(tmp_path, "val")
+
+
+def test_svhn_unknown_array_class_is_a_format_error(tmp_path: Path) -> None:
+    # found by atheris: scipy's compiled reader raised UnboundLocalError for an unknown array class
+    FAMILIES["svhn"].seeds(tmp_path, 0)  # uncompressed: the first array's flags are at byte 144
+    mat = tmp_path / "test_32x32.mat"
+    raw = bytearray(mat.read_bytes())
+    raw[144] = 19  # MATLAB array classes are 1..17
+    mat.write_bytes(bytes(raw))
+    with pytest.raises(DatasetFormatError, match="is not a readable MATLAB file"):
+        load_svhn(tmp_path, "test")
