@@ -120,7 +120,7 @@ def parent(family: str, seconds: float, corpus: Path, findings: Path, timeout: i
         write_seeds(family, corpus)
     findings.mkdir(parents=True, exist_ok=True)
     max_len = max(4096, 2 * max(p.stat().st_size for p in corpus.iterdir()))
-    start = time.monotonic()
+    start, started_at = time.monotonic(), time.time()
     executions, restarts, last_status = 0, 0, (0, 0, 0)
     stops: list[str] = []
     log_path = findings / "fuzz.log"
@@ -159,11 +159,12 @@ def parent(family: str, seconds: float, corpus: Path, findings: Path, timeout: i
                 break
             restarts += 1
     wall = time.monotonic() - start
-    found = []
+    found = []  # what this campaign saved (earlier campaigns' findings stay in the folder, replayed by the tests)
     for txt in sorted(findings.glob("*.txt")):
-        found.append({"input": txt.with_suffix(".bin").name, "violation": txt.read_text().splitlines()[0][:400]})
+        if txt.stat().st_mtime >= started_at:
+            found.append({"input": txt.with_suffix(".bin").name, "violation": txt.read_text().splitlines()[0][:400]})
     for art in sorted(findings.iterdir()):
-        if art.name.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow"):
+        if art.name.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow") and art.stat().st_mtime >= started_at:
             found.append({"input": art.name, "violation": "libFuzzer artifact (see fuzz.log)"})
     summary: dict[str, object] = {
         "family": family,
