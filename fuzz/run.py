@@ -69,12 +69,13 @@ def child(family_name: str, findings: Path, libfuzzer_args: list[str]) -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
-    for name in INSTRUMENT_LOADED:
+    for name in INSTRUMENT_LOADED:  # every function whose code lives in the module's file
         module = importlib.import_module(name)
+        source = module.__file__
         for obj in list(vars(module).values()):
-            members = vars(obj).values() if inspect.isclass(obj) and obj.__module__ == name else [obj]
+            members = list(vars(obj).values()) if inspect.isclass(obj) else [obj]
             for fn in members:
-                if inspect.isfunction(fn) and fn.__module__ == name:
+                if inspect.isfunction(fn) and fn.__code__.co_filename == source:
                     atheris.instrument_func(fn)
 
     with atheris.instrument_imports(include=INSTRUMENT_ON_IMPORT):
@@ -119,7 +120,7 @@ def parent(family: str, seconds: float, corpus: Path, findings: Path, timeout: i
         write_seeds(family, corpus)
     findings.mkdir(parents=True, exist_ok=True)
     max_len = max(4096, 2 * max(p.stat().st_size for p in corpus.iterdir()))
-    start = time.monotonic()
+    start, started_at = time.monotonic(), time.time()
     executions, restarts, last_status = 0, 0, (0, 0, 0)
     stops: list[str] = []
     log_path = findings / "fuzz.log"
@@ -158,11 +159,12 @@ def parent(family: str, seconds: float, corpus: Path, findings: Path, timeout: i
                 break
             restarts += 1
     wall = time.monotonic() - start
-    found = []
+    found = []  # what this campaign saved (earlier campaigns' findings stay in the folder, replayed by the tests)
     for txt in sorted(findings.glob("*.txt")):
-        found.append({"input": txt.with_suffix(".bin").name, "violation": txt.read_text().splitlines()[0][:400]})
+        if txt.stat().st_mtime >= started_at:
+            found.append({"input": txt.with_suffix(".bin").name, "violation": txt.read_text().splitlines()[0][:400]})
     for art in sorted(findings.iterdir()):
-        if art.name.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow"):
+        if art.name.split("-")[0] in ("crash", "timeout", "oom", "leak", "slow") and art.stat().st_mtime >= started_at:
             found.append({"input": art.name, "violation": "libFuzzer artifact (see fuzz.log)"})
     summary: dict[str, object] = {
         "family": family,

@@ -1,62 +1,24 @@
 """SVHN, cropped digits (Netzer et al. 2011; http://ufldl.stanford.edu/housenumbers/), from its .mat files.
 
-``{train,test,extra}_32x32.mat`` (MATLAB v5, read with ``scipy.io.loadmat``) hold ``X`` uint8 of shape
+``{train,test,extra}_32x32.mat`` (MATLAB v5, read with :func:`contrastlab.data.mat5.read_mat5`, which
+checks every size before reading; ``scipy.io.loadmat`` crashes on some malformed files) hold ``X`` uint8 of shape
 ``(32, 32, 3, N)`` and ``y`` of shape ``(N, 1)`` with labels 1–10, where 10 stands for the digit 0.
 """
 
 from __future__ import annotations
 
-import mmap
-import os
-import zlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from contrastlab.data.base import DatasetFormatError, ImageDataset, missing_files_error
+from contrastlab.data.mat5 import read_mat5
 
 __all__ = ["load_svhn", "SVHN_FILES", "SVHN_SOURCE"]
 
-# what scipy's MATLAB reader raises on a malformed file (MatReadError is an Exception subclass)
-_MAT_ERRORS: tuple[type[Exception], ...] = (
-    ValueError,
-    TypeError,
-    OSError,
-    EOFError,
-    KeyError,
-    IndexError,
-    AttributeError,
-    OverflowError,
-    NotImplementedError,
-    zlib.error,
-)
-
 SVHN_SOURCE = "http://ufldl.stanford.edu/housenumbers/ (format 2: cropped digits, *_32x32.mat)"
 SVHN_FILES: dict[str, tuple[str, ...]] = {split: (f"{split}_32x32.mat",) for split in ("train", "test", "extra")}
-
-
-def _loadmat(path: Path) -> dict[str, object]:
-    """``scipy.io.loadmat`` over a read-only memory map of ``path``.
-
-    Reading through the map bounds every read by the file's size: scipy reads a data element by the
-    byte count its tag declares, and a buffered file would allocate that count before finding the bytes
-    missing.
-    """
-    from scipy.io import loadmat
-    from scipy.io.matlab import MatReadError
-
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            raise DatasetFormatError(f"root: {path} is empty")
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-            try:
-                return loadmat(m)  # type: ignore[arg-type]
-            except (*_MAT_ERRORS, MatReadError) as e:
-                text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-                raise DatasetFormatError(
-                    f"root: {path} is not a readable MATLAB file ({type(e).__name__}: {text})"
-                ) from None
 
 
 def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:
@@ -77,10 +39,10 @@ def load_svhn(root: str | Path, split: str = "train") -> ImageDataset:
     path = root / SVHN_FILES[split][0]
     if not path.is_file():
         raise missing_files_error("SVHN", root, SVHN_FILES[split], SVHN_SOURCE)
-    mat = _loadmat(path)
+    mat = read_mat5(path)
     if "X" not in mat or "y" not in mat:
         raise DatasetFormatError(
-            f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if k[0] != '_')}"
+            f"root: {path} must hold variables 'X' and 'y', got {sorted(k for k in mat if not k.startswith('_'))[:20]}"
         )
     x, y = mat["X"], mat["y"]
     if not isinstance(y, np.ndarray) or y.dtype.kind not in "iuf" or y.ndim != 2 or y.shape[1:] != (1,):

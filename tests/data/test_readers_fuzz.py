@@ -18,7 +18,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contrastlab.data import DatasetFormatError, load_cifar10, load_imagenet32, load_stl10, load_tiny_imagenet
+from contrastlab.data import (
+    DatasetFormatError,
+    load_cifar10,
+    load_imagenet32,
+    load_stl10,
+    load_svhn,
+    load_tiny_imagenet,
+)
 from contrastlab.data.cifar import restricted_load
 from fuzz.targets import FAMILIES, memory_cap
 from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
@@ -143,3 +150,54 @@ def test_tiny_imagenet_jpeg_size_is_checked_before_decoding(tmp_path: Path) -> N
         jpeg.write_bytes(data[: sof + 5] + struct.pack(">HH", side, side) + data[sof + 9 :])
         with memory_cap(MEMORY_BUDGET), pytest.raises(DatasetFormatError, match=message):
             load_tiny_imagenet(tmp_path, "val")
+
+
+def test_svhn_unknown_array_class_is_a_format_error(tmp_path: Path) -> None:
+    # found by atheris: scipy's compiled reader raised UnboundLocalError for an unknown array class
+    FAMILIES["svhn"].seeds(tmp_path, 0)  # uncompressed: the first array's flags are at byte 144
+    mat = tmp_path / "test_32x32.mat"
+    raw = bytearray(mat.read_bytes())
+    raw[144] = 19  # MATLAB array classes are 1..17
+    mat.write_bytes(bytes(raw))
+    with pytest.raises(DatasetFormatError, match="is not a readable MATLAB v5 file: array class 19"):
+        load_svhn(tmp_path, "test")
+
+
+def test_svhn_file_that_crashed_scipy_is_a_format_error(tmp_path: Path) -> None:
+    # found by atheris: scipy.io.loadmat dies with a segmentation fault on this input (a crash-* artifact);
+    # the reader is now contrastlab.data.mat5, which checks every size before reading
+    crash = sorted((Path(__file__).resolve().parents[2] / "fuzz" / "findings" / "svhn").glob("crash-*"))[0]
+    assert assert_contract("svhn", crash.read_bytes()) == "error"
+
+
+@pytest.mark.parametrize("compress", [False, True])
+def test_mat5_reads_what_scipy_writes(tmp_path: Path, compress: bool) -> None:
+    from scipy.io import savemat
+
+    from contrastlab.data.mat5 import read_mat5
+
+    arrays = {
+        "X": np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4),
+        "y": np.array([[1.5], [-2.0]]),
+        "i": np.array([[7, -8]], dtype=np.int16),
+    }
+    savemat(str(tmp_path / "a.mat"), arrays, do_compression=compress)
+    got = read_mat5(tmp_path / "a.mat")
+    assert set(got) == set(arrays)
+    for k, v in arrays.items():
+        assert got[k].dtype == v.dtype and np.array_equal(got[k], v)
+
+
+def test_mat5_inflates_at_most_its_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # deflate cannot expand more than ~1032x, so the bound is exercised with a smaller one
+    import zlib
+
+    from contrastlab.data import mat5
+    from contrastlab.data.mat5 import read_mat5
+
+    monkeypatch.setattr(mat5, "MAX_DEFLATE_RATIO", 10)
+    payload = zlib.compress(b"\0" * 10_000_000, 9)  # ~10 kB that inflate to 10 MB
+    header = b"MATLAB 5.0 MAT-file".ljust(116) + b"\0" * 8 + b"\x00\x01IM"
+    (tmp_path / "a.mat").write_bytes(header + struct.pack("<II", 15, len(payload)) + payload)
+    with memory_cap(MEMORY_BUDGET), pytest.raises(DatasetFormatError, match="inflates beyond its size bound"):
+        read_mat5(tmp_path / "a.mat")
