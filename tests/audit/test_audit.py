@@ -204,3 +204,15 @@ def test_bundled_minilm_audit_on_a_small_pairs_file(tmp_path: Path) -> None:
     assert m["num_documents"] == 10 and m["norm_cv"] > 0  # pre-normalisation norms vary
     assert m["recall@1"] > 0.5  # ten distinct functions: the pretrained model finds most of them
     assert m["gpd_xi"] is None  # 24 queries x 9 negatives: too few for the 0.99-quantile tail fit
+
+
+def test_a_missing_model_fails_before_the_corpus_is_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contrastlab.audit.inputs as inputs
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the corpus was built before the model argument was checked")
+
+    monkeypatch.setattr(inputs, "build_code_corpus", never)
+    with pytest.raises(ValueError, match="^model: folder ./no/such/model does not exist"):
+        audit(AuditConfig(model="./no/such/model", progress=False), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
