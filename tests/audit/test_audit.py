@@ -1,4 +1,3 @@
-import json
 import math
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.inputs import encode_texts
 from contrastlab.audit.run import audit
 from contrastlab.cli import main
+from contrastlab.io import read_json_verified
 from contrastlab.search import EmbeddingIndex, evaluate_retrieval
 from contrastlab.theory.risk import tuple_loss
 
@@ -36,7 +36,7 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     emb, pairs = _synthetic(tmp_path)
     out = tmp_path / "audit"
     res = audit(AuditConfig(model=str(emb), pairs=str(pairs), **FAST), out)
-    on_disk = json.loads((out / "results.json").read_text())
+    on_disk = read_json_verified(out / "results.json")  # checksummed on write, verified on read
     assert on_disk == {k: v for k, v in res.items() if k != "out_dir"}
     for f in res["figures"]:
         assert (out / f["file"]).stat().st_size > 0
@@ -44,7 +44,7 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".audit-")]  # the staging folder is gone
     m = res["metrics"]
     assert 0 < m["recall@1"] <= m["recall@5"] <= m["recall@10"] <= 1
-    assert m["num_queries"] + int(res["pairs"]["pairs"]) * 0 > 0
+    assert m["num_documents"] == 240 and 0 < m["num_queries"] < 240  # every document; the non-valid queries
 
 
 def test_retrieval_equals_the_library_evaluation(tmp_path: Path) -> None:
@@ -204,3 +204,15 @@ def test_bundled_minilm_audit_on_a_small_pairs_file(tmp_path: Path) -> None:
     assert m["num_documents"] == 10 and m["norm_cv"] > 0  # pre-normalisation norms vary
     assert m["recall@1"] > 0.5  # ten distinct functions: the pretrained model finds most of them
     assert m["gpd_xi"] is None  # 24 queries x 9 negatives: too few for the 0.99-quantile tail fit
+
+
+def test_a_missing_model_fails_before_the_corpus_is_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import contrastlab.audit.inputs as inputs
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the corpus was built before the model argument was checked")
+
+    monkeypatch.setattr(inputs, "build_code_corpus", never)
+    with pytest.raises(ValueError, match="^model: folder ./no/such/model does not exist"):
+        audit(AuditConfig(model="./no/such/model", progress=False), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
