@@ -150,6 +150,6 @@ def test_resume_without_the_saved_extra_state_is_refused(tmp_path: Path):
 
     run(tmp_path)
     objective = queue_objective(NegativeQueue(30, 4))
-    with pytest.raises(ValueError, match="^extra_state\\['other'\\]"):
+    with pytest.raises(ValueError, match="^extra_state has \\['other'\\]"):
         fit(make_model(), objective, batch_at, CONFIG, out_dir=tmp_path, resume=True,
             extra_state={"other": NegativeQueue(30, 4)})  # fmt: skip
