@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | data | search``.
+"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -53,14 +53,10 @@ def _fields_help(cls: type) -> str:
 
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
-    from contrastlab.io import CHECKSUM_KEY, read_json_verified
-    from contrastlab.train.dataconf import apply_overrides, from_dict, load_config_file, parse_overrides
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
     from contrastlab.train.job import JobConfig
 
-    data = load_config_file(path)
-    if CHECKSUM_KEY in data:  # a config.json contrastlab wrote (a previous run's): verify it, drop the checksum
-        data = read_json_verified(path)
-    cfg = from_dict(JobConfig, data)
+    cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
 
 
@@ -92,9 +88,9 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
-    from contrastlab.io import read_json_verified, write_json_atomic
+    from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict
+    from contrastlab.train.dataconf import read_config
     from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
     from contrastlab.train.trainer import resolve_device
 
@@ -103,7 +99,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     run = Path(args.run_dir)
     if not (run / "config.json").is_file():
         raise UsageError(f"eval: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
-    cfg = from_dict(JobConfig, read_json_verified(run / "config.json"))  # checksum verified first
+    cfg = read_config(JobConfig, run / "config.json", verified=True)  # checksum verified first
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
@@ -184,6 +180,40 @@ def _cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
     out = Path(args.out) if args.out else Path(args.run_dirs[0]) if len(args.run_dirs) == 1 else Path("report")
     md, html = write_report(args.run_dirs, out)
     print(f"written: {md}\nwritten: {html}")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------------- audit
+
+
+def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit import QUICK, AuditConfig
+    from contrastlab.audit.run import audit
+    from contrastlab.experiments import default_out_dir
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    overrides: dict[str, Any] = dict(parse_overrides(rest))
+    if args.model is not None:
+        overrides["model"] = args.model
+    if args.pairs is not None:
+        overrides["pairs"] = args.pairs
+    if args.quiet:
+        overrides["progress"] = False
+    cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
+    out = Path(args.out) if args.out else default_out_dir("audit")
+    try:
+        results = audit(cfg, out)
+    except ValueError as e:  # bad input: the message names the argument, file and line
+        raise UsageError(f"audit: {' '.join(str(e).split())}") from None
+    from rich.console import Console
+
+    from contrastlab.experiments.demo import _print_table
+
+    console = Console()
+    for table in results["tables"]:
+        _print_table(console, table)
+    console.print(results["summary"])
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
     return EXIT_OK
 
 
@@ -274,7 +304,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p = sub.add_parser(
         "train",
         help="train an encoder from a YAML/TOML config",
-        description="Train from a config file; any field can be overridden (--loss.temperature 0.2).",
+        description=(
+            "Train from a config file: data.name, encoder.name, loss.name and views.augment are names in their "
+            "registries (see configs/ for one example per dataset); any field can be overridden "
+            "(--loss.temperature 0.2)."
+        ),
         epilog=_fields_help(JobConfig),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -311,6 +345,27 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default: the run folder, or ./report for several)")
     subs["report"] = p
 
+    from contrastlab.audit import AuditConfig
+
+    p = sub.add_parser(
+        "audit",
+        help="audit any embedding model as a search engine (retrieval, softmax search, tails, norms)",
+        description="Audit a model (default: the bundled all-MiniLM-L6-v2) on the docstring code corpus or a "
+        "pairs file; writes results.json, figures and report.html. Any field can be overridden (--max_queries 500).",
+        epilog=_fields_help(AuditConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model",
+        nargs="?",
+        help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab run folder, or a .npy",
+    )
+    p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
+    p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
+    p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    subs["audit"] = p
+
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
@@ -346,7 +401,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             init_from_env(timeout_s=float(os.environ.get("CONTRASTLAB_DIST_TIMEOUT", "600")))
         if args.command == "run":
             return _cmd_run(args, rest, subs["run"])
-        handler = {"train": _cmd_train, "eval": _cmd_eval, "report": _cmd_report, "data": _cmd_data}
+        handler = {
+            "train": _cmd_train,
+            "eval": _cmd_eval,
+            "report": _cmd_report,
+            "data": _cmd_data,
+            "audit": _cmd_audit,
+        }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning
 

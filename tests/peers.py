@@ -19,7 +19,13 @@ from types import ModuleType
 
 import pytest
 
-__all__ = ["lightly_dcl_loss", "open_clip_loss", "sentence_transformers_losses"]
+__all__ = [
+    "gist_embed_loss",
+    "lightly_dcl_loss",
+    "multiple_negatives_ranking_loss",
+    "open_clip_loss",
+    "sentence_transformers_losses",
+]
 
 
 def _module_file(package: str, relative: str, name: str) -> ModuleType:
@@ -52,3 +58,44 @@ def lightly_dcl_loss() -> ModuleType:
 def sentence_transformers_losses() -> ModuleType:
     """``sentence_transformers.sentence_transformer.losses`` (``MultipleNegativesRankingLoss``, ``GISTEmbedLoss``)."""
     return pytest.importorskip("sentence_transformers.sentence_transformer.losses")
+
+
+class _ColumnEncoder:
+    """What sentence-transformers' losses need of a model: ``model(features)["sentence_embedding"]``.
+
+    The features dict of each column carries the precomputed embedding under ``key``; ``tokenizer`` is a
+    one-word ``PreTrainedTokenizerFast`` built in memory (GISTEmbedLoss checks that the model and the guide
+    share a vocabulary; nothing is downloaded).
+    """
+
+    max_seq_length = 512
+
+    def __init__(self, key: str) -> None:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordLevel
+        from transformers import PreTrainedTokenizerFast
+
+        self.key = key
+        self.tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+
+    def __call__(self, features: dict) -> dict:
+        return {"sentence_embedding": features[self.key]}
+
+
+def gist_embed_loss(anchor, positive, guide_anchor, guide_positive, **kwargs):
+    """sentence-transformers' ``GISTEmbedLoss`` on given embeddings (``kwargs``: temperature, margin, ...).
+
+    Shape: four ``(N, D)`` tensors; the guide's similarities decide which in-batch negatives are masked as
+    false negatives.
+    """
+    st = sentence_transformers_losses()
+    loss = st.GISTEmbedLoss(model=_ColumnEncoder("x"), guide=_ColumnEncoder("g"), **kwargs)
+    features = [{"x": anchor, "g": guide_anchor}, {"x": positive, "g": guide_positive}]
+    return loss(features, labels=None)
+
+
+def multiple_negatives_ranking_loss(anchor, positive, *negatives, scale=20.0, **kwargs):
+    """sentence-transformers' ``MultipleNegativesRankingLoss`` on given embeddings (cosine · ``scale``)."""
+    st = sentence_transformers_losses()
+    loss = st.MultipleNegativesRankingLoss(model=None, scale=scale, **kwargs)
+    return loss.compute_loss_from_embeddings([anchor, positive, *negatives], labels=None)

@@ -17,7 +17,7 @@ from contrastlab.data.augment import (
     crop_only,
     simclr_all,
 )
-from contrastlab.data.base import DatasetNotFoundError, ImageDataset, to_float_images
+from contrastlab.data.base import DatasetFormatError, DatasetNotFoundError, ImageDataset, to_float_images
 from contrastlab.data.blend import BlendedImages, binary_entropy, blend_images
 from contrastlab.data.cifar import load_cifar10, load_cifar100
 from contrastlab.data.cifar10h import HumanLabels, label_entropy, load_cifar10h
@@ -37,6 +37,7 @@ from contrastlab.data.views import TwoViewBatches
 
 __all__ = [
     "ImageDataset",
+    "DatasetFormatError",
     "DatasetNotFoundError",
     "to_float_images",
     "DATASETS",

@@ -15,11 +15,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["ImageDataset", "DatasetNotFoundError", "to_float_images"]
+__all__ = ["ImageDataset", "DatasetNotFoundError", "DatasetFormatError", "to_float_images"]
 
 
 class DatasetNotFoundError(FileNotFoundError):
     """A dataset's files are not under the given root. The message says which files go where."""
+
+
+class DatasetFormatError(ValueError):
+    """A dataset file is present but malformed (corrupt, truncated, wrong shape or values); the message names it."""
 
 
 def to_float_images(images: Tensor) -> Tensor:

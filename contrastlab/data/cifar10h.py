@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from contrastlab.data.base import DatasetNotFoundError, ImageDataset
+from contrastlab.data.base import DatasetFormatError, DatasetNotFoundError, ImageDataset
+from contrastlab.npyfile import NpyFormatError, load_npy
 
 __all__ = [
     "CIFAR10H_COUNTS",
@@ -169,9 +170,9 @@ def load_cifar10h(path: str | Path, *, expected_shape: tuple[int, int] | None = 
     """
     file = _find(Path(path).expanduser())
     try:
-        a = np.load(file, allow_pickle=False)
-    except ValueError as err:  # an object array (would need pickle) or a corrupt file
-        raise ValueError(f"path: {file} is not a plain numeric .npy array ({err})") from err
+        a = load_npy(file)
+    except NpyFormatError as err:  # an object array (would need pickle), a corrupt or truncated file
+        raise DatasetFormatError(f"path: {err}") from None
     counts = "probs" not in file.name
     x = _check_array(np.asarray(a), file, counts=counts, shape=expected_shape)
     probs = torch.from_numpy(x / x.sum(1, keepdims=True))

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from contrastlab.data.base import ImageDataset, missing_files_error
+from contrastlab.data.base import DatasetFormatError, ImageDataset, missing_files_error
+from contrastlab.npyfile import NpyFormatError, load_npz
 
 __all__ = ["load_imagenet32", "IMAGENET32_FILES", "IMAGENET32_SOURCE"]
 
@@ -44,7 +45,8 @@ def load_imagenet32(root: str | Path, split: str = "train") -> ImageDataset:
             validation set is the benchmark's test set).
 
     Raises:
-        ValueError: a bad ``split`` or a malformed batch.
+        ValueError: a bad ``split``.
+        DatasetFormatError: a malformed batch (not an npz, a member missing, bad CRC, wrong shapes or labels).
         DatasetNotFoundError: a batch is missing; the message lists the expected paths.
     """
     if split == "test":
@@ -58,16 +60,20 @@ def load_imagenet32(root: str | Path, split: str = "train") -> ImageDataset:
     images, labels = [], []
     for p in paths:
         assert p is not None
-        with np.load(p, allow_pickle=False) as z:
-            if "data" not in z or "labels" not in z:
-                raise ValueError(f"root: {p} must hold arrays 'data' and 'labels', got {sorted(z.files)}")
-            data, lab = np.asarray(z["data"]), np.asarray(z["labels"]).reshape(-1).astype(np.int64)
+        try:
+            arrays = load_npz(p, ("data", "labels"))
+        except NpyFormatError as e:
+            raise DatasetFormatError(f"root: {e}") from None
+        data, lab = arrays["data"], arrays["labels"]
+        if lab.dtype.kind not in "iu" or lab.ndim > 2:
+            raise DatasetFormatError(f"root: {p} labels must be integers of shape (n,), got {lab.dtype} {lab.shape}")
+        lab = lab.reshape(-1).astype(np.int64)
         if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3072 or data.shape[0] != lab.shape[0]:
-            raise ValueError(
+            raise DatasetFormatError(
                 f"root: {p} data must be uint8 (n, 3072) with n = len(labels), got {data.dtype} {data.shape}"
             )
         if lab.size and (lab.min() < 1 or lab.max() > NUM_CLASSES):
-            raise ValueError(f"root: {p} labels must lie in 1..{NUM_CLASSES}, got [{lab.min()}, {lab.max()}]")
+            raise DatasetFormatError(f"root: {p} labels must lie in 1..{NUM_CLASSES}, got [{lab.min()}, {lab.max()}]")
         images.append(data.reshape(-1, 3, 32, 32))
         labels.append(lab - 1)
     return ImageDataset(

@@ -9,28 +9,64 @@ Images are 64×64; the few grayscale ones are converted to RGB.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from contrastlab.data.base import ImageDataset, missing_files_error
+from contrastlab.data.base import DatasetFormatError, ImageDataset, missing_files_error
 
 __all__ = ["load_tiny_imagenet", "TINY_IMAGENET_FILES", "TINY_IMAGENET_SOURCE"]
 
 TINY_IMAGENET_SOURCE = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
 TINY_DIR = "tiny-imagenet-200"
+# what Pillow raises on a malformed JPEG (DecompressionBombError is an Exception subclass)
+_IMAGE_ERRORS: tuple[type[Exception], ...] = (
+    OSError,
+    ValueError,
+    SyntaxError,
+    EOFError,
+    struct.error,
+    TypeError,
+    IndexError,
+    KeyError,
+    ZeroDivisionError,
+)
+
 TINY_IMAGENET_FILES: dict[str, tuple[str, ...]] = {
     "train": (f"{TINY_DIR}/wnids.txt", f"{TINY_DIR}/train/<wnid>/images/*.JPEG"),
     "val": (f"{TINY_DIR}/wnids.txt", f"{TINY_DIR}/val/val_annotations.txt", f"{TINY_DIR}/val/images/*.JPEG"),
 }
 
 
-def _read_rgb(path: Path) -> np.ndarray:
+MAX_SIDE = 1024
+"""Largest image side read (Tiny-ImageNet's are 64): a JPEG header may claim any size, checked before decoding."""
+
+
+def _read_rgb(path: Path, size: tuple[int, int] | None) -> np.ndarray:
+    """Decode one JPEG as ``(H, W, 3)`` uint8, after checking its declared size (``size``: the first image's)."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB"), dtype=np.uint8)  # (H, W, 3)
+    errors: tuple[type[Exception], ...] = (*_IMAGE_ERRORS, Image.DecompressionBombError)
+    try:
+        with Image.open(path, formats=["JPEG"]) as im:
+            if max(im.size) > MAX_SIDE or (size is not None and im.size != size):
+                want = f"{size[0]}x{size[1]} like the first image" if size is not None else f"at most {MAX_SIDE} a side"
+                raise DatasetFormatError(f"root: {path} is {im.size[0]}x{im.size[1]}; images must be {want}")
+            return np.asarray(im.convert("RGB"), dtype=np.uint8)
+    except DatasetFormatError:
+        raise
+    except errors as e:
+        text = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise DatasetFormatError(f"root: {path} is not a readable JPEG ({type(e).__name__}: {text})") from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_bytes().decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise DatasetFormatError(f"root: {path} is not UTF-8 text ({e})") from None
 
 
 def load_tiny_imagenet(root: str | Path, split: str = "train") -> ImageDataset:
@@ -45,7 +81,10 @@ def load_tiny_imagenet(root: str | Path, split: str = "train") -> ImageDataset:
         names from ``words.txt`` when present, else the wnids.
 
     Raises:
-        ValueError: a bad ``split``, an unknown wnid in the annotations, or images of mixed sizes.
+        ValueError: a bad ``split``.
+        DatasetFormatError: a malformed file, named: text that is not UTF-8, an annotation line without a
+            tab, an unknown wnid or a path instead of a file name in the annotations, an image that is not a
+            readable JPEG, larger than ``MAX_SIDE`` a side, or of another size than the first.
         DatasetNotFoundError: a file or folder is missing; the message lists the expected layout.
     """
     if split == "test":
@@ -60,7 +99,7 @@ def load_tiny_imagenet(root: str | Path, split: str = "train") -> ImageDataset:
     ann_file = base / "val" / "val_annotations.txt"
     if not wnids_file.is_file() or (split == "val" and not ann_file.is_file()):
         raise missing_files_error("Tiny-ImageNet", root, TINY_IMAGENET_FILES[split], TINY_IMAGENET_SOURCE)
-    wnids = [w.strip() for w in wnids_file.read_text().splitlines() if w.strip()]
+    wnids = [w.strip() for w in _read_lines(wnids_file) if w.strip()]
     index = {w: i for i, w in enumerate(wnids)}
     files: list[Path] = []
     labels: list[int] = []
@@ -74,12 +113,17 @@ def load_tiny_imagenet(root: str | Path, split: str = "train") -> ImageDataset:
             files += class_files
             labels += [index[w]] * len(class_files)
     else:
-        for line in ann_file.read_text().splitlines():
+        for number, line in enumerate(_read_lines(ann_file), 1):
             if not line.strip():
                 continue
-            fname, wnid = line.split("\t")[:2]
+            parts = line.split("\t")
+            if len(parts) < 2:
+                raise DatasetFormatError(f"root: {ann_file} line {number} is not 'file<TAB>wnid<TAB>...'")
+            fname, wnid = parts[:2]
             if wnid not in index:
-                raise ValueError(f"root: {ann_file} names wnid {wnid!r}, which is not in wnids.txt")
+                raise DatasetFormatError(f"root: {ann_file} names wnid {wnid[:40]!r}, which is not in wnids.txt")
+            if not fname or Path(fname).name != fname or fname in (".", ".."):
+                raise DatasetFormatError(f"root: {ann_file} line {number} names {fname[:80]!r}, not a file name")
             path = base / "val" / "images" / fname
             if not path.is_file():
                 raise missing_files_error(
@@ -87,15 +131,14 @@ def load_tiny_imagenet(root: str | Path, split: str = "train") -> ImageDataset:
                 )
             files.append(path)
             labels.append(index[wnid])
-    arrays = [_read_rgb(p) for p in files]
-    shapes = {a.shape for a in arrays}
-    if len(shapes) > 1:
-        raise ValueError(f"root: Tiny-ImageNet images under {base} have mixed sizes {sorted(shapes)}")
+    arrays: list[np.ndarray] = []
+    for p in files:
+        arrays.append(_read_rgb(p, None if not arrays else (arrays[0].shape[1], arrays[0].shape[0])))
     images = np.stack(arrays).transpose(0, 3, 1, 2) if arrays else np.zeros((0, 3, 64, 64), np.uint8)
     names = {w: w for w in wnids}
     words = base / "words.txt"
     if words.is_file():
-        for line in words.read_text().splitlines():
+        for line in _read_lines(words):
             parts = line.split("\t")
             if len(parts) >= 2 and parts[0] in names:
                 names[parts[0]] = parts[1].split(",")[0].strip()

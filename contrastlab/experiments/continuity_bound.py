@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -99,6 +100,16 @@ def _pair(cfg: Config, world: SphereWorld, i: int, gen: torch.Generator) -> tupl
     return phi, (embed(f2, t.anchor), embed(f2, t.positive), embed(f2, t.negatives)), "weights"
 
 
+class RatioRow(NamedTuple):
+    """The per-tuple ratio |ℓ(φ, z) − ℓ(φ', z)| / (Proposition 4's bound) over every sampled tuple, at one β."""
+
+    beta: float | str
+    """β, or "∞" for the β → ∞ form of the bound"""
+    max: float
+    p99: float
+    median: float
+
+
 def run(config: Config, out_dir: Path) -> dict:
     """Check Prop. 4 on random encoder pairs; write ``continuity_bound.png`` into ``out_dir``."""
     out_dir = Path(out_dir)
@@ -155,12 +166,12 @@ def run(config: Config, out_dir: Path) -> dict:
     figures.save_png(fig, out_dir / "continuity_bound.png", dpi=110)
 
     rows = [
-        [
-            "∞" if not math.isfinite(b) else b,
-            float(np.max(r[b])),
-            float(np.percentile(r[b], 99)),
-            float(np.median(r[b])),
-        ]
+        RatioRow(
+            beta="∞" if not math.isfinite(b) else b,
+            max=float(np.max(r[b])),
+            p99=float(np.percentile(r[b], 99)),
+            median=float(np.median(r[b])),
+        )
         for b in betas
     ]
     bstar = max(1.0, 2.0 / tau)

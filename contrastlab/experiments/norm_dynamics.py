@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -270,6 +270,33 @@ def _plot_recursion(runs: list[dict[str, Any]], world: ConceptWorld, path: Path)
     figures.save_png(fig, path, dpi=100)
 
 
+class CorrelationRow(NamedTuple):
+    """One (model, optimiser) run: Spearman ρ [95% bootstrap interval] of the final norm with each covariate."""
+
+    model: str
+    optimiser: str
+    median_norm: float
+    log_frequency: str
+    depth: str
+    ambiguity: str
+    heat: str
+    """the per-item accumulated squared gradient (the recursion's driver)"""
+    loss: float
+
+
+class RecursionRow(NamedTuple):
+    """How far one run departs from the recursion R1 (relative errors; see ``_recursion_stats``)."""
+
+    vectors: str
+    optimiser: str
+    one_step_max: float
+    one_step_median: float
+    final_rel_err_median: float
+    radial_share: float
+    cos_step_median: float
+    cos_grad_max: float
+
+
 def run(config: Config, out_dir: Path) -> dict:
     """Train the 8 runs, measure norms against frequency/depth/ambiguity/heat and against R1."""
     c = config
@@ -292,32 +319,39 @@ def run(config: Config, out_dir: Path) -> dict:
         "ambiguity": world.ambiguity,
     }
     rng = np.random.default_rng(c.seed)
-    corr_rows: list[list[Any]] = []
-    rec_rows: list[list[Any]] = []
+    corr_rows: list[CorrelationRow] = []
+    rec_rows: list[RecursionRow] = []
     metrics: dict[str, float] = {}
     for r in runs:
         covs = {**covariates, "heat": r["heat"]}
         corr = norm_correlations(r["final"], covs, n_boot=c.n_boot, rng=rng)
         tag = f"{r['kind']}_{r['opt']}"
-        row: list[Any] = [r["kind"], dict(OPTIMISERS)[r["opt"]], round(float(np.median(r["final"])), 4)]
+        cells = {}
         for name in ("log_frequency", "depth", "ambiguity", "heat"):
             rho, lo, hi = corr[name]
-            row.append(f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+            cells[name] = f"{rho:+.2f} [{lo:+.2f}, {hi:+.2f}]"
             metrics[f"{tag}/spearman_{name}"] = rho
-        row.append(round(float(r["loss"]), 4))
-        corr_rows.append(row)
+        corr_rows.append(
+            CorrelationRow(
+                model=r["kind"],
+                optimiser=dict(OPTIMISERS)[r["opt"]],
+                median_norm=round(float(np.median(r["final"])), 4),
+                **cells,
+                loss=round(float(r["loss"]), 4),
+            )
+        )
         st = _recursion_stats(r)
         rec_rows.append(
-            [
-                r["kind"] if r["kind"] == "free" else "mlp (last layer W,b)",
-                dict(OPTIMISERS)[r["opt"]],
-                st["one_step_max"],
-                st["one_step_median"],
-                st["final_rel_err_median"],
-                st["radial_share"],
-                st["cos_step_median"],
-                st["cos_grad_max"],
-            ]
+            RecursionRow(
+                vectors=r["kind"] if r["kind"] == "free" else "mlp (last layer W,b)",
+                optimiser=dict(OPTIMISERS)[r["opt"]],
+                one_step_max=st["one_step_max"],
+                one_step_median=st["one_step_median"],
+                final_rel_err_median=st["final_rel_err_median"],
+                radial_share=st["radial_share"],
+                cos_step_median=st["cos_step_median"],
+                cos_grad_max=st["cos_grad_max"],
+            )
         )
         metrics[f"{tag}/recursion_one_step_max"] = st["one_step_max"]
         metrics[f"{tag}/recursion_final_rel_err_median"] = st["final_rel_err_median"]

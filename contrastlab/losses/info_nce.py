@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from contrastlab import distributed as cd
 from contrastlab._checks import (
+    all_finite,
     check_bool,
     check_choice,
     check_embeddings,
@@ -78,6 +79,89 @@ def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, varian
     return n
 
 
+def _check_extras(
+    positive_mask: object, weights: object, anchor: Tensor, negatives: Tensor | None, symmetric: bool
+) -> None:
+    """Type and mode checks of ``positive_mask`` and ``weights`` (their shapes need the global sizes)."""
+    for name, value in (("positive_mask", positive_mask), ("weights", weights)):
+        if value is None:
+            continue
+        if not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be None or a torch.Tensor, got {type(value).__name__}")
+        if symmetric or (negatives is not None and negatives.ndim == 3):
+            raise ValueError(f"{name} needs in-batch or shared (M, D) negatives and symmetric=False")
+        if value.ndim != 2:
+            raise ValueError(f"{name} must have shape (N, M), got {tuple(value.shape)}")
+        if name == "positive_mask" and value.dtype != torch.bool:
+            raise TypeError(f"positive_mask must be a bool tensor, got dtype {value.dtype}")
+        if name == "weights":
+            if not value.is_floating_point():
+                raise TypeError(f"weights must be a floating-point tensor, got dtype {value.dtype}")
+            if not all_finite(value) or bool((value < 0).any()):
+                raise ValueError("weights must be finite and >= 0")
+        check_same_device(anchor=anchor, **{name: value})
+
+
+def _extra_biases(
+    positive_mask: Tensor | None,
+    weights: Tensor | None,
+    n: int,
+    m: int,
+    own: int | None,
+    variant: str,
+    dtype: torch.dtype,
+) -> dict[str, Tensor]:
+    """Row-normalised log-weights of the numerator P(i) and the denominator C(i) of the weighted loss.
+
+    ``own`` is the column of anchor 0's own positive (in-batch: ``offset``; None with shared negatives,
+    where the positive is not a column). Each bias row is shifted so that its largest entry is 0 (the
+    kernels need entries ≤ 0) and the shift is returned to be added back; a row with no candidate at all
+    (shared negatives only) gets a harmless dummy row and an ``*_empty`` flag.
+
+    Raises:
+        ValueError: wrong shapes, an anchor without a positive of nonzero weight, or (DCL) without a
+            negative of nonzero weight.
+    """
+    for name, value in (("positive_mask", positive_mask), ("weights", weights)):
+        if value is not None and tuple(value.shape) != (n, m):
+            raise ValueError(
+                f"{name} must have shape ({n}, {m}) (this rank's anchors × the candidates of every rank), "
+                f"got {tuple(value.shape)}"
+            )
+    device = (positive_mask if positive_mask is not None else weights).device  # type: ignore[union-attr]
+    log_w = torch.zeros(n, m, dtype=dtype, device=device) if weights is None else weights.detach().to(dtype).log()
+    pmask = torch.zeros(n, m, dtype=torch.bool, device=device) if positive_mask is None else positive_mask.clone()
+    rows = torch.arange(n, device=device)
+    if own is not None:
+        pmask[rows, own + rows] = True  # anchor i's own positive
+    num = log_w.masked_fill(~pmask, float("-inf"))
+    den = log_w if variant == "infonce" else log_w.masked_fill(pmask, float("-inf"))
+    out: dict[str, Tensor] = {}
+    for key, bias in (("num", num), ("den", den)):
+        shift = bias.amax(dim=1)  # (n,): −inf for a row without any candidate of nonzero weight
+        empty = torch.isinf(shift)
+        if bool(empty.any()) and (own is not None or (key == "den" and variant == "dcl")):
+            i = int(empty.nonzero()[0, 0])
+            what = "positive" if key == "num" else "negative"
+            name = "positive_mask" if key == "den" and positive_mask is not None else "weights"
+            raise ValueError(f"{name}: anchor {i} has no {what} of nonzero weight left (positive_mask and weights)")
+        shift = torch.where(empty, 0.0, shift)
+        out[f"{key}_bias"] = torch.where(empty.unsqueeze(1), 0.0, bias - shift.unsqueeze(1))
+        out[f"{key}_shift"], out[f"{key}_empty"] = shift, empty
+    if own is not None:
+        out["own_log_weight"] = log_w[rows, own + rows]
+    return out
+
+
+def _weighted_lse(
+    q: Tensor, k: Tensor, bias: Tensor, diagonal: Tensor | None, offset: int, block: int | None, keep: bool
+) -> Tensor:
+    """Row LSE of ``q kᵀ + bias`` on the dense (streamed unless ``keep``) or the tiled kernel."""
+    if block is None:
+        return tiled.dense_row_lse(q, k, diagonal=diagonal, col_offset=offset, grad_ahead=not keep, bias=bias)
+    return tiled.tiled_lse(q, k, block=block, diagonal=diagonal, col_offset=offset, bias=bias)
+
+
 def info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -90,6 +174,8 @@ def info_nce(
     reduction: str = "mean",
     chunk_size: int | None = None,
     gather: bool = False,
+    positive_mask: Tensor | None = None,
+    weights: Tensor | None = None,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -117,6 +203,19 @@ def info_nce(
             single-process loss of the global batch; ``"none"`` gives this rank's rows' losses), and
             every check about the batch (DCL's N ≥ 2) is about the global batch. An invalid input on
             any rank raises the same error on every rank. In one process the gather does nothing.
+        positive_mask: optional boolean ``(N, M)`` over each anchor's candidates: True marks another
+            positive of anchor i (multiple positives, or a false negative counted as one). In-batch the
+            candidates are the positives of every row (of every rank under ``gather``, rank order), and
+            anchor i's own positive always is one; with shared negatives ``(M, D)`` they are the M
+            negatives (of every rank), ``positive[i]`` being a positive besides. The loss becomes
+            ℓ_i = −log(Σ_{j∈P(i)} w_ij e^{S_ij} / Σ_{j∈C(i)} w_ij e^{S_ij}), C(i) every candidate
+            (InfoNCE: the positives stay in the denominator, the "sum inside the log" of Khosla et al.
+            2020, arXiv 2004.11362, eq. 3) or every candidate not in P(i) (DCL).
+        weights: optional nonnegative ``(N, M)`` per-candidate weights w_ij in both sums (default 1);
+            0 leaves a candidate out (a duplicate, a known false negative). No gradient flows to them.
+            ``positive_mask`` and ``weights`` need in-batch or shared negatives and ``symmetric=False``;
+            they go through the same dense and tiled kernels (as a log-weight added to each logit), so
+            memory stays linear in N + M beyond the (N, M) arrays themselves.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -144,12 +243,27 @@ def info_nce(
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
+        _check_extras(positive_mask, weights, anchor, negatives, symmetric)
         return n_local
 
-    n_global = sum(cd.agree(check, gather=gather, device=device_of(anchor)))
+    sizes = cd.agree(check, gather=gather, device=device_of(anchor))
+    n_global = sum(sizes)
     if negatives is None and variant == "dcl" and n_global < 2:
         raise ValueError("anchor: variant='dcl' with in-batch negatives needs N >= 2 (N = 1 has no negatives)")
     dtype, inv_t, chunk = checked["dtype"], checked["inv_t"], checked["chunk_size"]
+    extra: dict[str, Tensor] = {}
+    if positive_mask is not None or weights is not None:  # every rank passes them alike
+        if negatives is None:
+            m_global, own = n_global, sum(sizes[: cd.rank()]) if gather else 0
+        else:
+            m_global = sum(cd.all_sizes(negatives.shape[0], anchor.device)) if gather else negatives.shape[0]
+            own = None
+
+        def check_extras() -> int:
+            extra.update(_extra_biases(positive_mask, weights, anchor.shape[0], m_global, own, variant, dtype))
+            return 0
+
+        cd.agree(check_extras, gather=gather, device=anchor.device)
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
@@ -166,7 +280,16 @@ def info_nce(
     if negatives is None:
         exclude = variant == "dcl"  # DCL leaves anchor i's own positive (column offset + i) out
         k_all, offset = gather_rows(k, gather)  # (N, D): every rank's positives; (k, 0) in one process
-        if not symmetric:
+        if extra:  # per-candidate weights and extra positives: two weighted sweeps, P(i) and C(i)
+            keep = tiled.keeps_logits(reduction, q, k)
+            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
+            den = _weighted_lse(q, k_all, extra["den_bias"], pos, offset, block, keep) + extra["den_shift"]
+            if positive_mask is None:  # P(i) = {i}: the numerator is the weighted positive logit
+                num = pos + extra["own_log_weight"]
+            else:
+                num = _weighted_lse(q, k_all, extra["num_bias"], pos, offset, block, keep) + extra["num_shift"]
+            loss = den - num
+        elif not symmetric:
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
             if block is None:
@@ -213,6 +336,18 @@ def info_nce(
         negs = negatives.to(dtype)
         if normalize:
             negs = tiled.normalize_scale(negs)
+        if negs.ndim == 2 and extra:
+            negs, _ = gather_rows(negs, gather)  # every rank's shared negatives: one set of Σ_r M_r rows
+            block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk, budget)
+            den_lse = _weighted_lse(q, negs, extra["den_bias"], None, 0, block, True) + extra["den_shift"]
+            den_lse = torch.where(extra["den_empty"], float("-inf"), den_lse)
+            den = torch.logaddexp(pos, den_lse) if variant == "infonce" else den_lse
+            num = pos
+            if positive_mask is not None:  # the positive and the masked negatives
+                more = _weighted_lse(q, negs, extra["num_bias"], None, 0, block, True) + extra["num_shift"]
+                num = torch.logaddexp(pos, torch.where(extra["num_empty"], float("-inf"), more))
+            loss = den - num
+            return check_finite_loss(cd.share(loss, reduction, n_global, gather=gather), "anchor", gather=gather)
         if negs.ndim == 2:
             negs, _ = gather_rows(negs, gather)  # every rank's shared negatives: one set of Σ_r M_r rows
             # InfoNCE's logaddexp with the positive weights the rows' LSE unequally ("none"); DCL does not.

@@ -1,7 +1,7 @@
 """The loss registry: a plain dict from a loss's name to its function (one test runs over every entry).
 
 Every entry is the pure function itself (or a ``functools.partial`` fixing a variant), with its own
-signature: the two-view losses take ``(anchor, positive[, negatives])``, ``supcon`` takes
+signature: the two-view losses (``siglip`` included) take ``(anchor, positive[, negatives])``, ``supcon`` takes
 ``(embeddings, labels)`` and ``support_corrected`` requires per-anchor negatives ``(N, M, D)``. All
 of them accept ``temperature``, ``reduction`` and ``gather`` keywords.
 """
@@ -15,6 +15,7 @@ from torch import Tensor
 
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
+from contrastlab.losses.siglip import siglip
 from contrastlab.losses.supcon import supcon
 from contrastlab.losses.support_corrected import support_corrected_info_nce
 from contrastlab.losses.weince import weince
@@ -28,5 +29,6 @@ LOSSES: dict[str, Callable[..., Tensor | tuple]] = {
     "supcon": supcon,
     "weince": weince,
     "support_corrected": support_corrected_info_nce,
+    "siglip": siglip,
 }
 """Loss name → loss function (``info_nce``'s DCL variant under ``"dcl"``)."""

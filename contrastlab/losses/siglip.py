@@ -27,7 +27,6 @@ import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
@@ -55,21 +54,13 @@ def _block_rows(n_cols: int, itemsize: int, chunk_size: int | None) -> int:
     return max(1, _BLOCK_BYTES // (n_cols * itemsize))
 
 
-def _logits(q: Tensor, k: Tensor, bias: Tensor, i0: int, i1: int) -> Tensor:
-    """``L = Q[i0:i1] Kᵀ + b``, shape ``(i1 − i0, M)``."""
-    return torch.addmm(bias.expand(1, k.shape[0]), q[i0:i1], k.T)
+def _row_losses(logits: Tensor, diag: Tensor, tmp: Tensor) -> Tensor:
+    """``Σ_j softplus(L_ij) − L_i,pos`` per row: ``−log σ(L)`` off the positive, ``−log σ(−L)`` on it.
 
-
-def _row_losses(logits: Tensor, diag: Tensor) -> Tensor:
-    """``Σ_j softplus(L_ij) − L_i,pos`` per row: ``−log σ(L)`` off the positive, ``−log σ(−L)`` on it."""
-    return F.softplus(logits).sum(dim=1) - diag
-
-
-def _grad_block(logits: Tensor, diag_offset: int) -> Tensor:
-    """``∂ℓ/∂L = σ(L) − I`` in place (``I`` = 1 on the positives ``(i, diag_offset + i)``)."""
-    g = logits.sigmoid_()
-    g.diagonal(diag_offset).sub_(1.0)
-    return g
+    ``softplus(L) = logaddexp(L, 0)``, written into the reused buffer ``tmp`` (no allocation per block).
+    """
+    zero = logits.new_zeros(())
+    return torch.logaddexp(logits, zero, out=tmp).sum(dim=1) - diag
 
 
 def _forward(
@@ -77,28 +68,34 @@ def _forward(
 ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
     """Stream the row blocks: per-row losses, and the gradients for the upstream row weights ``weight``.
 
+    The bias rides in the GEMMs: ``[Q, 1] [K, b]ᵀ = Q Kᵀ + b``, and the last column of
+    ``Gᵀ [Q, 1]`` is ``Σ_i G_ij``, whose sum is ``∂b`` — no pass over the logits adds b or sums G.
     ``weight`` None means every row has weight 1. ``grads`` says which of (q, k, bias) need a gradient.
     """
-    n = q.shape[0]
+    n, d = q.shape
+    q1 = torch.cat([q, q.new_ones(n, 1)], dim=1)  # (n, D + 1)
+    k1 = torch.cat([k, bias.detach().expand(k.shape[0], 1)], dim=1)  # (M, D + 1)
     loss = q.new_empty(n)
+    block = min(rows, n)
+    buf, tmp = q.new_empty(block, k.shape[0]), q.new_empty(block, k.shape[0])  # reused by every block
     dq = torch.empty_like(q) if grads[0] else None
-    dk = torch.zeros_like(k) if grads[1] else None
-    db = q.new_zeros(()) if grads[2] else None
+    dk1 = torch.zeros_like(k1) if grads[1] or grads[2] else None
     for i0 in range(0, n, rows):
         i1 = min(i0 + rows, n)
-        lg = _logits(q, k, bias, i0, i1)  # (r, M)
-        loss[i0:i1] = _row_losses(lg, lg.diagonal(offset + i0))
+        lg = torch.mm(q1[i0:i1], k1.T, out=buf[: i1 - i0])  # (r, M): L = Q Kᵀ + b
+        loss[i0:i1] = _row_losses(lg, lg.diagonal(offset + i0), tmp[: i1 - i0])
         if not any(grads):
             continue
-        g = _grad_block(lg, offset + i0)  # (r, M)
+        g = lg.sigmoid_()  # ∂ℓ/∂L = σ(L) − I, in place
+        g.diagonal(offset + i0).sub_(1.0)
         if weight is not None:
             g.mul_(weight[i0:i1, None])
         if dq is not None:
-            torch.mm(g, k, out=dq[i0:i1])
-        if dk is not None:
-            dk.addmm_(g.T, q[i0:i1])
-        if db is not None:
-            db += g.sum()
+            torch.mm(g, k1[:, :d], out=dq[i0:i1])
+        if dk1 is not None:
+            dk1.addmm_(g.T, q1[i0:i1])
+    dk = dk1[:, :d] if dk1 is not None and grads[1] else None
+    db = dk1[:, d].sum() if dk1 is not None and grads[2] else None
     return loss, dq, dk, db
 
 

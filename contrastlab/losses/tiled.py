@@ -262,37 +262,41 @@ class _DenseRowLSE(torch.autograd.Function):
         diagonal: Tensor | None,
         col_offset: int = 0,
         grad_ahead: bool = False,
+        bias: Tensor | None = None,
     ) -> Tensor:
         rows = _dense_rows(q, k)
-        ctx.args = (exclude_diagonal, diagonal, col_offset)
+        ctx.args = (exclude_diagonal, diagonal, col_offset, bias)
         ctx.grad_ahead = grad_ahead
         if grad_ahead:
-            lse, dq, dk = _dense_grad_ahead(q, k, rows, exclude_diagonal, diagonal, col_offset)
+            lse, dq, dk = _dense_grad_ahead(q, k, rows, exclude_diagonal, diagonal, col_offset, bias)
             ctx.save_for_backward(q, k, dq, dk)
             return lse
         e = q.new_empty(q.shape[0], k.shape[0])  # (N, M): filled block of rows by block of rows, exp'd in cache
-        lse, row_sum = _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diagonal, out=e, col_offset=col_offset)
+        lse, row_sum = _rows_forward(
+            q, k, rows, k.shape[0], exclude_diagonal, diagonal, out=e, col_offset=col_offset, bias=bias
+        )
         ctx.save_for_backward(q, k, e, row_sum)
         return lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None, None]:
         if ctx.grad_ahead:
             q, k, dq1, dk1 = ctx.saved_tensors
             if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
                 dq = dq1 * grad[0] if ctx.needs_input_grad[0] else None
                 dk = dk1 * grad[0] if ctx.needs_input_grad[1] else None
-                return dq, dk, None, None, None, None
-            exclude_diagonal, diagonal, col_offset = ctx.args  # rows weighted unequally: recompute E
+                return dq, dk, None, None, None, None, None
+            exclude_diagonal, diagonal, col_offset, bias = ctx.args  # rows weighted unequally: recompute E
             e = q.new_empty(q.shape[0], k.shape[0])
-            _, row_sum = _rows_forward(q, k, _dense_rows(q, k), k.shape[0], exclude_diagonal, diagonal, e, col_offset)
+            rows = _dense_rows(q, k)
+            _, row_sum = _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diagonal, e, col_offset, bias)
         else:
             q, k, e, row_sum = ctx.saved_tensors
         r = (grad / row_sum).unsqueeze(1)  # softmax = E / s, so g·softmax = diag(g/s) E
         dq = torch.mm(e, k).mul_(r) if ctx.needs_input_grad[0] else None
         dk = torch.mm(e.T, q * r) if ctx.needs_input_grad[1] else None
-        return dq, dk, None, None, None, None
+        return dq, dk, None, None, None, None, None
 
 
 def dense_row_lse(
@@ -303,8 +307,9 @@ def dense_row_lse(
     diagonal: Tensor | None = None,
     col_offset: int = 0,
     grad_ahead: bool = False,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """``logsumexp(Q Kᵀ, dim=1)``, optionally without the diagonal, with a two-GEMM backward.
+    """``logsumexp(Q Kᵀ + B, dim=1)``, optionally without the diagonal, with a two-GEMM backward.
 
     Shape:
         q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal``); returns ``(N,)``.
@@ -328,15 +333,21 @@ def dense_row_lse(
     between rows is still exact: the backward then recomputes ``E`` (one more GEMM). Without a
     backward, ``grad_ahead`` wastes two GEMMs.
 
+    ``bias`` (optional, ``(N, M)``, entries ≤ 0 or −inf, no gradient) is added to every logit before the
+    exponential: row i's sum becomes Σ_j exp(B_ij) exp(S_ij), per-candidate weights exp(B_ij) (−inf
+    leaves a candidate out). Entries ≤ 0 keep the pre-chosen shift safe (see the module docstring).
+
     Memory: one N × M buffer (``exp(S − c)``), kept for the backward; without a backward or with
-    ``grad_ahead``, one block of rows (about 16 MiB) plus O((N + M)·D).
+    ``grad_ahead``, one block of rows (about 16 MiB) plus O((N + M)·D) (plus ``bias``, the caller's).
     """
     check_bool("grad_ahead", grad_ahead)
     col_offset = _check_offset(col_offset)
     diag = None if diagonal is None else diagonal.detach()
+    b = None if bias is None else bias.detach()
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):  # forward only: stream the rows
-        return _rows_forward(q, k, _dense_rows(q, k), k.shape[0], exclude_diagonal, diag, col_offset=col_offset)[0]
-    return _DenseRowLSE.apply(q, k, exclude_diagonal, diag, col_offset, grad_ahead)
+        rows = _dense_rows(q, k)
+        return _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diag, col_offset=col_offset, bias=b)[0]
+    return _DenseRowLSE.apply(q, k, exclude_diagonal, diag, col_offset, grad_ahead, b)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -345,7 +356,12 @@ def dense_row_lse(
 
 
 def _row_shift(
-    q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int = 0
+    q: Tensor,
+    k: Tensor,
+    exclude_diagonal: bool,
+    diagonal: Tensor | None,
+    col_offset: int = 0,
+    bias: Tensor | None = None,
 ) -> Tensor | None:
     """The pre-chosen row shift ``c_i = max(S_i,ref, ū_i − 60)``, or ``None`` when no shift is needed.
 
@@ -364,6 +380,10 @@ def _row_shift(
         if exclude_diagonal:
             ref = (ref + 1) % m_cols  # the diagonal is not a candidate; its neighbour is
         s_ref = (q * k[ref]).sum(dim=1)  # a logit of each row: a lower bound of its maximum
+    if bias is not None:  # a biased logit of each row (bias ≤ 0: the upper bound ū still holds)
+        rows = torch.arange(n, device=q.device)
+        ref = (rows + col_offset) % m_cols if diagonal is not None and not exclude_diagonal else ref
+        s_ref = s_ref + bias[rows, ref]
     return torch.maximum(s_ref, upper - _SHIFT_HEADROOM)
 
 
@@ -385,6 +405,7 @@ def _online_rows(
     buf: Tensor,
     out: Tensor | None,
     col_offset: int = 0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Exact running-max LSE sweep of rows i0..i1 over all columns; returns (max, sum).
 
@@ -398,6 +419,8 @@ def _online_rows(
         j1 = min(m_cols, j0 + col_block)
         t = torch.mm(q[i0:i1], k[j0:j1].T, out=_tile(buf, out, i0, i1, j0, j1))
         _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diagonal)
+        if bias is not None:
+            t.add_(bias[i0:i1, j0:j1])
         new = torch.maximum(mx, t.amax(dim=1))
         shift = _safe(new)
         sm = sm * torch.exp(mx - shift) + t.sub_(shift.unsqueeze(1)).exp_().sum(dim=1)
@@ -406,7 +429,7 @@ def _online_rows(
 
 
 def _operands(
-    q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int
+    q: Tensor, k: Tensor, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int, bias: Tensor | None = None
 ) -> tuple[Tensor, Tensor | None, Tensor, Tensor]:
     """The pre-chosen row shift folded into the GEMM's operands: ``(c, diagonal − c, Q', K')``.
 
@@ -414,7 +437,7 @@ def _operands(
     ``[q_i, −c_i]·[k_j, 1] = S_ij − c_i``, as fast as the D-dimensional GEMM, where a bias or a separate
     subtraction costs a pass); without one (:func:`_row_shift` returns ``None``), ``Q, K`` and ``c = 0``.
     """
-    shift = _row_shift(q, k, exclude_diagonal, diagonal, col_offset)
+    shift = _row_shift(q, k, exclude_diagonal, diagonal, col_offset, bias)
     if shift is None:
         return q.new_zeros(q.shape[0]), diagonal, q, k
     diag_shifted = None if diagonal is None else diagonal - shift  # the tiles hold S − c
@@ -431,14 +454,17 @@ def _exp_tile(
     exclude_diagonal: bool,
     diag_shifted: Tensor | None,
     col_offset: int,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """Write ``exp(S − c)`` of rows ``rows[0]:rows[1]``, columns ``cols[0]:cols[1]`` into ``tile``; return it.
+    """Write ``exp(S + B − c)`` of rows ``rows[0]:rows[1]``, columns ``cols[0]:cols[1]`` into ``tile``; return it.
 
     ``q_op``, ``k_op`` are the operands of :func:`_operands`: one GEMM, the diagonal rule, one ``exp``.
     """
     (i0, i1), (j0, j1) = rows, cols
     t = torch.mm(q_op[i0:i1], k_op[j0:j1].T, out=tile)
     _fix_diagonal(t, i0, j0 - col_offset, exclude_diagonal, diag_shifted)
+    if bias is not None:
+        t.add_(bias[i0:i1, j0:j1])
     return t.exp_()
 
 
@@ -451,6 +477,7 @@ def _rows_forward(
     diagonal: Tensor | None,
     out: Tensor | None = None,
     col_offset: int = 0,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Row LSE by tiles with the pre-chosen shift folded into the GEMM; returns ``(lse, sum)``.
 
@@ -458,7 +485,7 @@ def _rows_forward(
     ``out`` (N × M, the dense path, ``col_block ≥ M``) the tiles are written there and kept.
     """
     n, m_cols = q.shape[0], k.shape[0]
-    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset)
+    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset, bias)
     buf = q.new_empty(0 if out is not None else min(row_block, n) * min(col_block, m_cols))
     lse = torch.empty(n, dtype=q.dtype, device=q.device)
     row_sum = torch.empty_like(lse)
@@ -468,18 +495,24 @@ def _rows_forward(
         for j0 in range(0, m_cols, col_block):
             j1 = min(m_cols, j0 + col_block)
             tile = _tile(buf, out, i0, i1, j0, j1)
-            t = _exp_tile(q_op, k_op, (i0, i1), (j0, j1), tile, exclude_diagonal, diag_shifted, col_offset)
+            t = _exp_tile(q_op, k_op, (i0, i1), (j0, j1), tile, exclude_diagonal, diag_shifted, col_offset, bias)
             sm += t.sum(dim=1)
         mx = shift[i0:i1]
         if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
-            mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out, col_offset)
+            mx, sm = _online_rows(q, k, i0, i1, col_block, exclude_diagonal, diagonal, buf, out, col_offset, bias)
         lse[i0:i1] = mx + sm.log()
         row_sum[i0:i1] = sm
     return lse, row_sum
 
 
 def _dense_grad_ahead(
-    q: Tensor, k: Tensor, rows: int, exclude_diagonal: bool, diagonal: Tensor | None, col_offset: int
+    q: Tensor,
+    k: Tensor,
+    rows: int,
+    exclude_diagonal: bool,
+    diagonal: Tensor | None,
+    col_offset: int,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Row LSE and the gradients ``P K``, ``Pᵀ Q`` for an all-ones upstream gradient, a block of rows at a time.
 
@@ -488,7 +521,7 @@ def _dense_grad_ahead(
     Returns ``(lse (N,), ∂Q (N, D), ∂K (M, D))``.
     """
     n, m_cols = q.shape[0], k.shape[0]
-    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset)
+    shift, diag_shifted, q_op, k_op = _operands(q, k, exclude_diagonal, diagonal, col_offset, bias)
     buf = q.new_empty(min(rows, n) * m_cols)  # one block of rows, reused: the N × M logits never exist
     lse = torch.empty(n, dtype=q.dtype, device=q.device)
     dq = torch.empty_like(q)
@@ -496,10 +529,10 @@ def _dense_grad_ahead(
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)
         tile = _tile(buf, None, i0, i1, 0, m_cols)
-        e = _exp_tile(q_op, k_op, (i0, i1), (0, m_cols), tile, exclude_diagonal, diag_shifted, col_offset)
+        e = _exp_tile(q_op, k_op, (i0, i1), (0, m_cols), tile, exclude_diagonal, diag_shifted, col_offset, bias)
         sm, mx = e.sum(dim=1), shift[i0:i1]
         if not bool((sm >= _MIN_ROW_SUM).all()):  # the shift overshot this block's maximum: redo exactly
-            mx, sm = _online_rows(q, k, i0, i1, m_cols, exclude_diagonal, diagonal, buf, None, col_offset)
+            mx, sm = _online_rows(q, k, i0, i1, m_cols, exclude_diagonal, diagonal, buf, None, col_offset, bias)
         lse[i0:i1] = mx + sm.log()
         r = sm.reciprocal().unsqueeze(1)  # softmax = E / s: the row factor goes on the (·, D) operands
         torch.mm(e, k, out=dq[i0:i1]).mul_(r)
@@ -550,22 +583,23 @@ class _TiledLSE(torch.autograd.Function):
         columns: bool,
         diagonal: Tensor | None,
         col_offset: int = 0,
+        bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         if columns:
             row_lse, col_lse = _rows_cols_forward(q, k, block, exclude_diagonal, diagonal, col_offset)
         else:
-            row_lse = _rows_forward(q, k, block, block, exclude_diagonal, diagonal, col_offset=col_offset)[0]
+            row_lse = _rows_forward(q, k, block, block, exclude_diagonal, diagonal, col_offset=col_offset, bias=bias)[0]
             col_lse = q.new_empty(0)
         ctx.block, ctx.exclude_diagonal, ctx.columns = block, exclude_diagonal, columns
-        ctx.col_offset = col_offset
+        ctx.col_offset, ctx.bias = col_offset, bias
         ctx.save_for_backward(q, k, row_lse, col_lse)
         return row_lse, col_lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, g_row: Tensor, g_col: Tensor) -> tuple[Tensor, Tensor, None, None, None, None, None]:
+    def backward(ctx: Any, g_row: Tensor, g_col: Tensor) -> tuple[Tensor, Tensor, None, None, None, None, None, None]:
         q, k, row_lse, col_lse = ctx.saved_tensors
-        block, excl, off = ctx.block, ctx.exclude_diagonal, ctx.col_offset
+        block, excl, off, bias = ctx.block, ctx.exclude_diagonal, ctx.col_offset, ctx.bias
         n, m_cols = q.shape[0], k.shape[0]
         dq = torch.zeros_like(q)
         dk = torch.zeros_like(k)
@@ -582,13 +616,15 @@ class _TiledLSE(torch.autograd.Function):
                 for j0 in range(0, m_cols, block):
                     j1 = min(m_cols, j0 + block)
                     p = torch.mm(q_aug[i0:i1], k_aug[j0:j1].T, out=_tile(buf, None, i0, i1, j0, j1))
+                    if bias is not None:
+                        p.add_(bias[i0:i1, j0:j1])
                     p.exp_()  # the softmax tile, entries <= 1
                     if excl:
                         _set_diagonal(p, i0, j0 - off, 0.0)
                     acc.addmm_(p, k[j0:j1])
                     dk[j0:j1].addmm_(p.T, gq[i0:i1])
                 acc.mul_(g_row[i0:i1, None])
-            return dq, dk, None, None, None, None, None
+            return dq, dk, None, None, None, None, None, None
         for i0 in range(0, n, block):
             i1 = min(n, i0 + block)
             for j0 in range(0, m_cols, block):
@@ -600,7 +636,7 @@ class _TiledLSE(torch.autograd.Function):
                     _set_diagonal(w, i0, j0 - off, 0.0)
                 dq[i0:i1].addmm_(w, k[j0:j1])
                 dk[j0:j1].addmm_(w.T, q[i0:i1])
-        return dq, dk, None, None, None, None, None
+        return dq, dk, None, None, None, None, None, None
 
 
 def tiled_lse(
@@ -611,8 +647,9 @@ def tiled_lse(
     exclude_diagonal: bool = False,
     diagonal: Tensor | None = None,
     col_offset: int = 0,
+    bias: Tensor | None = None,
 ) -> Tensor:
-    """Row log-sum-exp of ``Q Kᵀ`` in ``block × block`` tiles.
+    """Row log-sum-exp of ``Q Kᵀ`` (plus ``bias``) in ``block × block`` tiles.
 
     Shape:
         q: ``(N, D)``; k: ``(M, D)`` (``M = N`` when ``exclude_diagonal``); returns ``(N,)``.
@@ -626,12 +663,14 @@ def tiled_lse(
         col_offset: the "diagonal" is the entries ``(i, col_offset + i)`` (default 0: square logits).
             Under torch.distributed a rank's local anchors sit at rows ``offset..offset + n`` of the
             gathered candidates, so their positives/selves are at ``col_offset = offset``.
+        bias: optional ``(N, M)`` log-weights added to the logits, as in :func:`dense_row_lse`.
 
     Memory: one tile (``block × block``) plus O((N + M)·D), in the forward and in the backward.
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     diag = None if diagonal is None else diagonal.detach()
-    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag, _check_offset(col_offset))[0]
+    b = None if bias is None else bias.detach()
+    return _TiledLSE.apply(q, k, block, exclude_diagonal, False, diag, _check_offset(col_offset), b)[0]
 
 
 def tiled_lse_rows_cols(

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from contrastlab.io import atomic_path, write_json_atomic
+from contrastlab.npyfile import NpyFormatError, load_npy
 from contrastlab.search.index import EmbeddingIndex, _progress
 from contrastlab.search.metrics import evaluate_retrieval
 
@@ -49,9 +50,9 @@ def load_matrix(path: str, key: str | None, name: str) -> np.ndarray:
         if key is not None:
             raise ValueError(f"{name}: --key applies to .safetensors files, not {path}")
         try:
-            return np.load(p, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise ValueError(f"{name}: cannot read {path} ({e})") from None
+            return load_npy(p, mmap=True)
+        except NpyFormatError as e:
+            raise ValueError(f"{name}: {e}") from None
     if p.suffix == ".safetensors":
         from safetensors import SafetensorError, safe_open
 

@@ -31,12 +31,14 @@ from torch import Tensor
 from contrastlab import __version__
 from contrastlab._checks import check_choice, check_embeddings, check_int
 from contrastlab.io import CorruptFileError, atomic_path, read_json_verified, sha256_file, write_json_atomic
+from contrastlab.npyfile import load_npy
 
 __all__ = ["EmbeddingIndex", "SearchResult", "IndexFormatError", "as_float32_matrix"]
 
 FORMAT_NAME = "contrastlab.search.EmbeddingIndex"
 FORMAT_VERSION = 1
 _KINDS = ("flat", "ivf", "hnsw")
+_INDEX_FILES = ("index.faiss", "ids.npy", "labels.npy")
 _METRICS = ("cosine", "ip")
 
 
@@ -525,11 +527,15 @@ class EmbeddingIndex:
             )
             ntotal = int(meta["ntotal"])
             files = dict(meta["files"])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise IndexFormatError(f"{meta_path} is corrupted (bad or missing field: {e})") from None
         for name in ("index.faiss", "ids.npy"):
             if name not in files:
                 raise IndexFormatError(f"{meta_path} is corrupted (no entry for {name})")
+        # only the index's own files are ever opened: a listed "../x" or "/dev/zero" would be read (forever)
+        unknown = sorted(str(n)[:80] for n in files if n not in _INDEX_FILES)
+        if unknown:
+            raise IndexFormatError(f"{meta_path} is corrupted (lists files that are not part of an index: {unknown})")
         for name, info in files.items():
             f = root / name
             if not f.is_file():
@@ -540,8 +546,8 @@ class EmbeddingIndex:
                 raise IndexFormatError(f"{f} is corrupted: its SHA-256 does not match meta.json")
         try:
             fx = faiss.read_index(str(root / "index.faiss"))
-            ids = np.load(root / "ids.npy", allow_pickle=False)
-            labels = np.load(root / "labels.npy", allow_pickle=False) if "labels.npy" in files else None
+            ids = load_npy(root / "ids.npy")
+            labels = load_npy(root / "labels.npy") if "labels.npy" in files else None
         except (RuntimeError, ValueError, OSError) as e:
             raise IndexFormatError(f"path {root}: cannot read the index files ({e})") from None
         if fx.ntotal != ntotal or fx.d != index.dim or ids.shape != (ntotal,) or ids.dtype != np.int64:

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from contrastlab._checks import check_positive_float
 from contrastlab.io import atomic_path
+from contrastlab.npyfile import NpyFormatError, load_npz
 from contrastlab.search.index import EmbeddingIndex, _int_vector, _normalized, _positive_int, as_float32_matrix
 from contrastlab.search.softmax import log_partition
 
@@ -80,12 +81,11 @@ class MinedNegatives(NamedTuple):
         Raises:
             ValueError: naming ``path``, for a file that is not a consistent mined-negatives file.
         """
-        with np.load(Path(path), allow_pickle=False) as z:
-            try:
-                ids, scores, pos = z["ids"], z["scores"], z["positive_scores"]
-            except KeyError as e:
-                raise ValueError(f"path {path} is not a mined-negatives file (missing {e})") from None
-            lp = z["log_prob"] if "log_prob" in z.files else None
+        try:
+            z = load_npz(path, ("ids", "scores", "positive_scores"), optional=("log_prob",))
+        except NpyFormatError as e:  # a member missing or malformed, or not an .npz at all
+            raise ValueError(f"path {e} (not a mined-negatives file, or missing arrays)") from None
+        ids, scores, pos, lp = z["ids"], z["scores"], z["positive_scores"], z.get("log_prob")
         if ids.ndim != 2 or ids.dtype != np.int64 or scores.shape != ids.shape or pos.shape != ids.shape[:1]:
             raise ValueError(f"path {path}: inconsistent arrays ids {ids.shape}, scores {scores.shape}, {pos.shape}")
         if lp is not None and lp.shape != ids.shape:

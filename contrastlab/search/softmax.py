@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 
 from contrastlab._checks import check_bool, check_embeddings, check_positive_float
+from contrastlab.npyfile import NpyFormatError, read_npy_header
 
 if TYPE_CHECKING:
     from contrastlab.search.index import EmbeddingIndex
@@ -87,15 +88,10 @@ class NpyBlocks:
             raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
         self.path = Path(path)
         self.block_size = block_size
-        with open(self.path, "rb") as f:
-            version = np.lib.format.read_magic(f)
-            fmt = np.lib.format
-            read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-            shape, fortran, dtype = read_header(f)
-            self._offset = f.tell()
-        if len(shape) != 2 or fortran or dtype.kind != "f" or dtype.hasobject:
-            raise ValueError(
-                f"path must hold a C-ordered 2-D floating-point array, got shape {shape}, dtype {dtype}, "
+        shape, fortran, dtype, self._offset = read_npy_header(self.path)
+        if len(shape) != 2 or fortran or dtype.kind != "f":
+            raise NpyFormatError(
+                f"path {self.path} must hold a C-ordered 2-D floating-point array, got shape {shape}, dtype {dtype}, "
                 f"fortran_order={fortran}"
             )
         self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))

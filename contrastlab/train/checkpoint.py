@@ -26,6 +26,7 @@ import io
 import os
 import random
 import warnings
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -148,6 +149,26 @@ def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     return target
 
 
+def _check_record_sizes(payload: io.BytesIO, p: Path) -> None:
+    """Refuse a payload whose zip directory declares records larger than itself, before torch reads it.
+
+    ``torch.load`` allocates each record at the size the zip directory declares, so a few changed bytes
+    (with a recomputed checksum) can make it allocate gigabytes; ``torch.save`` stores records
+    uncompressed, so none can be larger than the payload that holds it.
+    """
+    size = payload.getbuffer().nbytes
+    try:
+        with zipfile.ZipFile(payload) as zf:
+            for info in zf.infolist():
+                if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                    raise CheckpointError(
+                        f"checkpoint {p} is corrupt: record {info.filename[-60:]!r} declares {info.file_size} "
+                        f"bytes (compression {info.compress_type}) in a file of {size}"
+                    )
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError) as e:
+        raise CheckpointError(f"checkpoint {p} is corrupt (not a readable zip archive: {e})") from None
+
+
 def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Verify one checkpoint file's seal (length and SHA-256), then ``torch.load(weights_only=True)`` it.
 
@@ -165,8 +186,11 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         raise CheckpointError(f"checkpoint {e}") from None
     except OSError as e:
         raise CheckpointError(f"checkpoint {p} cannot be read ({e})") from None
+    buffer = io.BytesIO(payload)
+    _check_record_sizes(buffer, p)
+    buffer.seek(0)
     try:
-        state = torch.load(io.BytesIO(payload), map_location=map_location, weights_only=True)
+        state = torch.load(buffer, map_location=map_location, weights_only=True)
     except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad payloads
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise CheckpointError(f"checkpoint {p} is corrupt or unsafe to load ({type(e).__name__}: {first})") from e

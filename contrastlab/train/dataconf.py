@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 import math
+import reprlib
 import sys
 import types
 import typing
@@ -29,6 +30,7 @@ __all__ = [
     "apply_overrides",
     "parse_overrides",
     "load_config_file",
+    "read_config",
     "dump_config",
     "field_docs",
     "describe_fields",
@@ -39,6 +41,23 @@ T = TypeVar("T")
 
 class ConfigError(ValueError):
     """A config value is unknown, ill-typed or out of range; the message starts with the field name."""
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 3, 80, 80, 40
+_REPR.maxlist = _REPR.maxtuple = _REPR.maxdict = _REPR.maxset = 6
+
+
+def _show(value: Any) -> str:
+    """A bounded ``repr`` for error messages: a YAML file of a few lines can alias one list into 2**30 leaves."""
+    return _REPR.repr(value)
+
+
+def _to_float(value: int, path: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise ConfigError(f"{path} must be a float, got an int of {value.bit_length()} bits") from None
 
 
 def _hints(cls: type) -> dict[str, Any]:
@@ -106,9 +125,9 @@ def check_fields(obj: Any) -> None:
             continue
         value = getattr(obj, name)
         if not _matches(value, tp):
-            raise ConfigError(f"{name} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{name} must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}")
         if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{name} must be finite, got {value!r}")
+            raise ConfigError(f"{name} must be finite, got {_show(value)}")
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:
@@ -118,19 +137,19 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         if isinstance(value, tp):  # type: ignore[arg-type]
             return value
         if not isinstance(value, Mapping):
-            raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+            raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}")
         return from_dict(tp, value, _prefix=path + ".")  # type: ignore[arg-type]
     if origin in (Union, types.UnionType):
         args = typing.get_args(tp)
         if any(_matches(value, a) for a in args):
-            return float(value) if float in args and isinstance(value, int) and int not in args else value
+            return _to_float(value, path) if float in args and isinstance(value, int) and int not in args else value
         for a in args:
             if a is not type(None):
                 try:
                     return _convert(value, a, path)
                 except ConfigError:
                     pass
-        raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}")
     if origin is tuple and isinstance(value, (list, tuple)):
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
@@ -139,9 +158,9 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             raise ConfigError(f"{path} must have {len(args)} entries, got {len(value)}")
         return tuple(_convert(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args, strict=True)))
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
+        return _to_float(value, path)
     if not _matches(value, tp):
-        raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+        raise ConfigError(f"{path} must be {_type_name(tp)}, got {type(value).__name__} {_show(value)}")
     return value
 
 
@@ -325,7 +344,10 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {p} does not exist")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p} is not UTF-8 text ({e})") from None
     suffix = p.suffix.lower()
     try:
         if suffix in (".yaml", ".yml"):
@@ -350,6 +372,38 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"config file {p} must hold a table of fields, got {type(data).__name__}")
     return data
+
+
+def read_config(cls: type[T], path: str | Path, *, verified: bool = False) -> T:
+    """Read the config file ``path`` (YAML, TOML or JSON by suffix) into the dataclass ``cls``.
+
+    :func:`load_config_file` then :func:`from_dict`; every error names the file and, for a bad value,
+    the dotted field (``config file run.yaml: optim.lr must be a float, got str 'x'``). A JSON file
+    that contrastlab wrote (a run's ``config.json``, which carries a ``contrastlab_sha256`` member) is
+    verified against its checksum first (:func:`contrastlab.io.read_json_verified`).
+
+    Args:
+        cls: the config dataclass.
+        path: the file.
+        verified: require the checksum (for a run folder's ``config.json``).
+
+    Raises:
+        ConfigError: the file is missing, does not parse, fails its checksum, or holds an unknown or
+            ill-typed field.
+    """
+    from contrastlab.io import CHECKSUM_KEY, CorruptFileError, read_json_verified
+
+    p = Path(path)
+    data = load_config_file(p)
+    if verified or CHECKSUM_KEY in data:
+        try:
+            data = read_json_verified(p)
+        except CorruptFileError as e:
+            raise ConfigError(f"config file {e}") from None
+    try:
+        return from_dict(cls, data)
+    except ConfigError as e:
+        raise ConfigError(f"config file {p}: {e}") from None
 
 
 def dump_config(config: Any, path: str | Path) -> None:

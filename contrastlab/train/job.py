@@ -46,6 +46,7 @@ __all__ = [
     "DATA_BUILDERS",
     "build_sphere",
     "loss_registry",
+    "embed_rows",
     "call_loss",
     "check_job",
     "build_encoder",
@@ -91,7 +92,7 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, digits, cifar10, cifar100,
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, digits, cifar10, cifar100,
     cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
@@ -443,7 +444,7 @@ def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
     return EmbeddingObjective(inputs=inputs, loss=loss)
 
 
-def _embed(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
+def embed_rows(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
     """``model`` over ``x`` in blocks of ``rows`` rows (bounded memory), float32 on ``device``.
 
     ``uint8`` images are scaled to [0, 1] block by block, so a large image set is never held in float.
@@ -479,8 +480,8 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
         represent = cast(nn.Module, getattr(model, "encoder", model))
-        a = _embed(model, held_out["anchor"], device, b)
-        p = _embed(model, held_out["positive"], device, b)
+        a = embed_rows(model, held_out["anchor"], device, b)
+        p = embed_rows(model, held_out["positive"], device, b)
         labels = held_out.get("labels")
         chunk_losses = [
             float(
@@ -499,12 +500,12 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
             "uniformity": float(uniformity(a)),
         }
         if "latent" in held_out:
-            rep = a if represent is model else _embed(represent, held_out["anchor"], device, b)
+            rep = a if represent is model else embed_rows(represent, held_out["anchor"], device, b)
             rep = torch.nn.functional.normalize(rep, dim=1) if config.loss.normalize else rep
             out["latent_r2"] = linear_r2(held_out["latent"], rep.cpu(), seed=config.eval.seed)
         if source.probe_train is not None:
-            train_x = _embed(represent, source.probe_train["clean"], device, b).cpu()
-            test_x = _embed(represent, held_out["clean"], device, b).cpu()
+            train_x = embed_rows(represent, source.probe_train["clean"], device, b).cpu()
+            test_x = embed_rows(represent, held_out["clean"], device, b).cpu()
             probe = linear_probe(
                 train_x, source.probe_train["labels"], test_x, held_out["labels"], num_classes=source.num_classes
             )

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrastlab.npyfile import NpyFormatError, load_npy
 from contrastlab.train.dataconf import ConfigError
 from contrastlab.train.sampler import EpochSampler
 from contrastlab.train.sources import DataSource
@@ -37,9 +38,12 @@ MINED_FILES = ("corpus.npy", "negatives.npz")
 
 
 def _load(path: Path) -> np.ndarray:
-    arr = np.load(path, mmap_mode="r", allow_pickle=False)
+    try:
+        arr = load_npy(path, mmap=True)  # the header is checked against the file's size first
+    except NpyFormatError as e:
+        raise ConfigError(f"data.root: {e}") from None
     if arr.ndim != 2 or arr.dtype.kind != "f" or 0 in arr.shape:
-        raise ConfigError(f"data.root: {path.name} must be a non-empty 2-D float array, got {arr.dtype} {arr.shape}")
+        raise ConfigError(f"data.root: {path} must be a non-empty 2-D float array, got {arr.dtype} {arr.shape}")
     return arr
 
 
@@ -61,26 +65,28 @@ def build_pairs(config: JobConfig) -> DataSource:
         raise ConfigError(f"data.root {root} has no {', '.join(missing)}")
     anchors, positives = (_load(root / f) for f in PAIRS_FILES)
     if positives.shape != anchors.shape:
-        raise ConfigError(f"data.root: positives.npy has shape {positives.shape}, anchors.npy {anchors.shape}")
+        raise ConfigError(
+            f"data.root: {root / 'positives.npy'} has shape {positives.shape}, anchors.npy {anchors.shape}"
+        )
     n, width = anchors.shape
     mined_present = [(root / f).is_file() for f in MINED_FILES]
     ids: np.ndarray | None = None
     corpus: np.ndarray | None = None
     if any(mined_present) and not all(mined_present):
-        raise ConfigError(f"data.root: mined negatives need both {' and '.join(MINED_FILES)}")
+        raise ConfigError(f"data.root: mined negatives need both {' and '.join(MINED_FILES)} in {root}")
     if all(mined_present):
         if config.loss.name not in ("info_nce", "dcl"):
             raise ConfigError(f"loss.name must be info_nce or dcl with mined negatives, got {config.loss.name!r}")
         corpus = _load(root / "corpus.npy")
         if corpus.shape[1] != width:
-            raise ConfigError(f"data.root: corpus.npy has F = {corpus.shape[1]}, anchors.npy F = {width}")
+            raise ConfigError(f"data.root: {root / 'corpus.npy'} has F = {corpus.shape[1]}, anchors.npy F = {width}")
         try:
             ids = MinedNegatives.load(root / "negatives.npz").ids
         except ValueError as e:
             raise ConfigError(f"data.root: {e}") from None
         if ids.shape[0] != n or int(ids.max(initial=-1)) >= corpus.shape[0]:
             raise ConfigError(
-                f"data.root: negatives.npz has {ids.shape[0]} anchors and ids up to {int(ids.max(initial=-1))}; "
+                f"data.root: {root / 'negatives.npz'} has {ids.shape[0]} anchors and ids up to {int(ids.max(initial=-1))}; "
                 f"need {n} anchors and ids below the {corpus.shape[0]} corpus rows"
             )
     held = config.eval.n
@@ -89,7 +95,7 @@ def build_pairs(config: JobConfig) -> DataSource:
         train_rows = train_rows[(ids[train_rows] >= 0).all(axis=1)]
     if train_rows.size < config.data.batch_size:
         raise ConfigError(
-            f"data.root: {train_rows.size} training pairs (after holding out eval.n = {held}"
+            f"data.root: {root}: {train_rows.size} training pairs (after holding out eval.n = {held}"
             f"{' and dropping anchors short of mined negatives' if ids is not None else ''}) < "
             f"data.batch_size = {config.data.batch_size}"
         )

@@ -1,8 +1,9 @@
-"""Tiny datasets written in each dataset's standard distributed format, for tests that read them back.
+"""Tiny datasets written in each dataset's standard on-disk format, for tests that read them back.
 
-``WRITERS[name](root, n)`` writes ``n`` random images per split (train and test) of the registered dataset
-``name`` under ``root``, laid out as the real archives unpack, so ``load_dataset(name, root, split)`` reads
-them. The pixel values come from a fixed-seed generator.
+``WRITERS[name](root, n)`` writes ``n`` random images per split (train and test) of the registered image
+dataset ``name`` under ``root``, laid out as the real archives unpack, so ``load_dataset(name, root, split)``
+reads them; for the train job's ``pairs`` dataset it writes ``16 n`` feature pairs. The values come from a
+fixed-seed generator.
 """
 
 from __future__ import annotations
@@ -134,6 +135,14 @@ def write_tiny_imagenet(root: Path, n: int = 3) -> None:
     (base / "val" / "val_annotations.txt").write_text("".join(lines))
 
 
+def write_pairs(root: Path, n: int = 3) -> None:
+    """``anchors.npy`` and ``positives.npy``: ``16 n`` rows of 8 float32 features, positive = anchor + noise."""
+    root.mkdir(parents=True, exist_ok=True)
+    anchors = RNG.standard_normal((16 * n, 8)).astype(np.float32)
+    np.save(root / "anchors.npy", anchors)
+    np.save(root / "positives.npy", anchors + 0.1 * RNG.standard_normal(anchors.shape).astype(np.float32))
+
+
 WRITERS: dict[str, Callable[[Path, int], object]] = {
     "cifar10": write_cifar10,
     "cifar10h": write_cifar10h,
@@ -142,5 +151,6 @@ WRITERS: dict[str, Callable[[Path, int], object]] = {
     "svhn": write_svhn,
     "imagenet32": write_imagenet32,
     "tiny-imagenet": write_tiny_imagenet,
+    "pairs": write_pairs,
 }
-"""Registered file-backed dataset name → writer ``(root, n)`` of ``n`` images per split."""
+"""File-backed dataset name → writer ``(root, n)``: ``n`` images per split, or ``16 n`` pairs."""

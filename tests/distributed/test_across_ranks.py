@@ -35,6 +35,15 @@ def _pair(seed: int) -> dict[str, torch.Tensor]:
     return {"a": a, "p": a + 0.6 * torch.randn(sum(SIZES), 5, generator=g, dtype=torch.float64)}
 
 
+def _mask_weights(m: int, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.rand(sum(SIZES), m, generator=g) < 0.3
+    mask.fill_diagonal_(False)  # DCL keeps negatives
+    w = 0.5 + torch.rand(sum(SIZES), m, generator=g, dtype=torch.float64)
+    w[0, 3] = 0.0  # a candidate left out
+    return {"mask": mask, "w": w}
+
+
 # name -> (inputs, loss of the (local or full) inputs with gather); the same callable serves one process
 LOSS_CASES: dict[str, tuple[Callable[[], dict[str, torch.Tensor]], Callable[..., torch.Tensor]]] = {
     "dcl": (lambda: _pair(0), lambda t, **kw: info_nce(t["a"], t["p"], variant="dcl", temperature=0.3, **kw)),
@@ -47,6 +56,21 @@ LOSS_CASES: dict[str, tuple[Callable[[], dict[str, torch.Tensor]], Callable[...,
         lambda t, **kw: info_nce(t["a"], t["p"], variant="dcl", symmetric=True, temperature=0.3, **kw),
     ),
     "nt_xent": (lambda: _pair(3), lambda t, **kw: nt_xent(t["a"], t["p"], **kw)),
+    # positive_mask / weights rows go with their anchors; their columns are the candidates of every rank
+    "info_nce/masked": (
+        lambda: {**_pair(7), **_mask_weights(6, seed=7)},
+        lambda t, **kw: info_nce(t["a"], t["p"], positive_mask=t["mask"], weights=t["w"], temperature=0.3, **kw),
+    ),
+    "dcl/masked/tiled": (
+        lambda: {**_pair(8), **_mask_weights(6, seed=8)},
+        lambda t, **kw: info_nce(
+            t["a"], t["p"], variant="dcl", positive_mask=t["mask"], weights=t["w"], chunk_size=2, **kw
+        ),
+    ),
+    "info_nce/shared/masked": (
+        lambda: {**_pair(9), "neg": _pair(10)["a"], **_mask_weights(6, seed=9)},
+        lambda t, **kw: info_nce(t["a"], t["p"], t["neg"], positive_mask=t["mask"], weights=t["w"], **kw),
+    ),
     "supcon": (
         lambda: {"a": _pair(4)["a"], "y": torch.tensor([0, 1, 0, 1, 2, 2])},
         lambda t, **kw: supcon(t["a"], t["y"], **kw),
@@ -92,7 +116,7 @@ def _worker(r: int, init_file: str, out_dir: str) -> None:
     )
     try:
         for name, (make, fn) in LOSS_CASES.items():
-            t = {k: _rows(v, r).clone() for k, v in make().items()}
+            t = {k: _rows(v, r).clone() for k, v in make().items()}  # negatives too: 1 and 5 of 6
             leaves = {k: v.requires_grad_() if v.is_floating_point() else v for k, v in t.items()}
             share = fn(leaves, gather=True)
             share.backward()
@@ -129,7 +153,9 @@ def test_uneven_ranks_equal_one_process(results, name):
     shares = torch.stack([p["share"] for p in parts])
     torch.testing.assert_close(shares.mean(), loss.detach(), rtol=1e-12, atol=0)
     for k, v in full.items():
-        if v.is_floating_point():
+        if k == "w":  # weights are constants: no gradient reaches them
+            assert v.grad is None and all(p["grad_w"] is None for p in parts)
+        elif v.is_floating_point():
             got = torch.cat([p[f"grad_{k}"] for p in parts]) / WORLD
             torch.testing.assert_close(got, v.grad, rtol=1e-10, atol=1e-14)
 

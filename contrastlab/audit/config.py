@@ -1,0 +1,93 @@
+"""The settings of ``contrastlab audit``: one frozen dataclass, a docstring per field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contrastlab.data.code_corpus import CODE_SOURCES, SPLITS
+
+__all__ = ["AuditConfig", "QUICK"]
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """What to audit, on which pairs, and how much of it."""
+
+    model: str = "minilm"
+    """minilm (the bundled all-MiniLM-L6-v2), a sentence-transformers / Hugging Face folder or cached name, a contrastlab run folder, or a .npy of embeddings"""
+    pairs: str | None = None
+    """a TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs; default: the docstring code corpus"""
+    corpus_sources: tuple[str, ...] = ("stdlib",)
+    """code corpus: where docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
+    split: str = "test"
+    """code corpus: the split whose queries are audited (the valid split fits the temperature)"""
+    max_queries: int = 0
+    """audit at most this many queries (and as many valid queries), a seeded draw; 0 = all"""
+    max_documents: int = 0
+    """search at most this many documents (the audited queries' own documents always included); 0 = all"""
+    batch_size: int = 64
+    """texts per encoder call"""
+    max_seq_length: int = 128
+    """tokens per text (longer texts are truncated)"""
+    device: str = "cpu"
+    """torch device of the encoder"""
+    ks: tuple[int, ...] = (1, 5, 10, 100)
+    """cut-offs of recall@k and nDCG@k; MRR is taken within the largest"""
+    k_max: int = 1024
+    """largest number of negatives k of the risk curve R(φ; k) (powers of two up to it)"""
+    risk_temperature: float = 1.0
+    """τ of the risk curve R(φ; k, τ); Prop. 1's O(1/k) constant grows like e^{4/τ}, so the curve is informative at τ ≈ 1"""
+    tau_min: float = 0.005
+    """smallest temperature of the held-out cross-entropy fit"""
+    tau_max: float = 2.0
+    """largest temperature of the held-out cross-entropy fit"""
+    tail_anchors: int = 1024
+    """queries in the hard-negative tail fits"""
+    tail_documents: int = 8192
+    """documents each tail query is compared with (a seeded draw)"""
+    uniformity_sample: int = 4096
+    """rows in the pairwise uniformity estimate (a seeded draw)"""
+    n_boot: int = 1000
+    """bootstrap resamples of the norm correlations"""
+    seed: int = 0
+    """seeds every draw of the audit"""
+    progress: bool = True
+    """show progress bars while encoding"""
+
+    def __post_init__(self) -> None:
+        from contrastlab.train.dataconf import check_fields
+
+        check_fields(self)
+        for name in (
+            "max_queries",
+            "max_documents",
+            "batch_size",
+            "max_seq_length",
+            "k_max",
+            "tail_anchors",
+            "tail_documents",
+            "uniformity_sample",
+            "n_boot",
+            "seed",
+        ):
+            v = getattr(self, name)
+            low = 0 if name in ("max_queries", "max_documents", "seed") else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+        if not isinstance(self.model, str) or not self.model:
+            raise ValueError(f"model must be a non-empty string, got {self.model!r}")
+        if self.split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        unknown = [s for s in self.corpus_sources if s not in CODE_SOURCES]
+        if unknown or not self.corpus_sources:
+            raise ValueError(f"corpus_sources: unknown {unknown}; known: {', '.join(CODE_SOURCES)}")
+        if not self.ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in self.ks):
+            raise ValueError(f"ks must be positive ints, got {self.ks!r}")
+        if isinstance(self.risk_temperature, bool) or not self.risk_temperature > 0:
+            raise ValueError(f"risk_temperature must be > 0, got {self.risk_temperature!r}")
+        if not 0 < self.tau_min < self.tau_max:
+            raise ValueError(f"tau_min must satisfy 0 < tau_min < tau_max, got {self.tau_min}, {self.tau_max}")
+
+
+QUICK = AuditConfig(max_queries=200, max_documents=2000, max_seq_length=64, k_max=512, n_boot=300)
+"""A few minutes on two CPU cores: 200 queries against 2,000 documents, 64 tokens per text."""

@@ -1,0 +1,304 @@
+"""The audit's measurements on query and document embeddings, each built from the library's own functions.
+
+Notation: queries ``q`` ``(Q, D)`` and documents ``d`` ``(M, D)`` as unit vectors (cosine), ``rel[i]``
+the document of query i's pair. Memory is bounded by the embeddings themselves plus fixed-size blocks:
+nothing of size Q × M is ever held (searches go through faiss, partitions through the streamed
+softmax-search functions, tails through a seeded subsample).
+
+* :func:`retrieval` — recall@k, nDCG@k, MRR and MAP@R per query (:mod:`contrastlab.search.metrics`)
+  from an exact :class:`~contrastlab.search.EmbeddingIndex`, with Student-t intervals
+  (:func:`contrastlab.eval.probe.mean_ci`).
+* :func:`fit_temperature` — the τ minimising the held-out pair cross-entropy −log P_τ(rel | q) of the
+  softmax search over the whole document set (Whiteley 2026, eq. 6). In β = 1/τ the objective
+  log Σ_j e^{β s_j} − β s_rel is convex (a log-sum-exp of linear functions minus a linear one), so a
+  bounded scalar search on log τ finds its minimum.
+* :func:`risk_curve` — Whiteley's InfoNCE risk R(φ; k, τ) (eq. 14, :func:`contrastlab.theory.risk.tuple_loss`)
+  on the audited pairs with k negatives drawn uniformly from the other documents, minus its k → ∞ limit
+  log E_j e^{(s_j − s_rel)/τ} (the mean over every other document, from the streamed log-partition);
+  Prop. 1 predicts the gap falls as O(1/k), i.e. log-log slope −1 (fitted as in the k-gap experiment).
+* :func:`hard_negative_tails` — WEINCE's extreme-value view of query → document negatives: a GPD fit
+  to the top 1% (:func:`contrastlab.eval.tails.pot_fit`) and WEINCE's per-anchor Weibull-vs-Gumbel AIC
+  (:func:`contrastlab.losses.weince.anchor_tail_stats`).
+* :func:`norm_diagnostics` — the pre-normalisation norm against word frequency (``wordfreq`` Zipf
+  values), specificity (mean inverse document frequency of the text's words in the audit's queries) and
+  length (Spearman with bootstrap intervals, :func:`contrastlab.eval.norms.norm_correlations`), and as
+  a confidence for top-1 retrieval (AUROC, :func:`contrastlab.eval.calibration.auroc`) next to the
+  softmax search's own top-1 probability.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import optimize
+from torch import Tensor
+
+from contrastlab.eval.calibration import auroc
+from contrastlab.eval.norms import norm_correlations
+from contrastlab.eval.probe import MeanCI, mean_ci
+from contrastlab.eval.tails import TailReport, isotropic_xi, pot_fit
+from contrastlab.losses import alignment, uniformity
+from contrastlab.losses.weince import anchor_tail_stats
+from contrastlab.search import EmbeddingIndex, SoftmaxSearch, entropy, log_partition, log_prob
+from contrastlab.search.metrics import map_at_r, mrr, ndcg_at_k, recall_at_k
+from contrastlab.theory.risk import mc_estimate, tuple_loss
+
+__all__ = [
+    "RetrievalResult",
+    "retrieval",
+    "held_out_cross_entropy",
+    "fit_temperature",
+    "risk_curve",
+    "hard_negative_tails",
+    "geometry",
+    "norm_diagnostics",
+    "word_statistics",
+]
+
+
+@dataclass(frozen=True)
+class RetrievalResult:
+    """Per-query retrieval results.
+
+    Attributes:
+        metrics: name → mean with its 95% t-interval over queries.
+        correct_top1: ``(Q,)`` 0/1, the pair's document ranked first.
+        top1_score: ``(Q,)`` the cosine of the first-ranked document.
+    """
+
+    metrics: dict[str, MeanCI]
+    correct_top1: np.ndarray
+    top1_score: np.ndarray
+
+
+def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int, ...]) -> RetrievalResult:
+    """Exact cosine search of every query over every document; per-query metrics with intervals.
+
+    Shape:
+        queries: ``(Q, D)``; documents: ``(M, D)``; rel: ``(Q,)`` document positions.
+    """
+    ks = tuple(sorted({k for k in ks if k <= documents.shape[0]})) or (1,)
+    index = EmbeddingIndex(documents.shape[1], metric="cosine", kind="flat")
+    index.add(documents, labels=torch.arange(documents.shape[0]))
+    depth = ks[-1]
+    res = index.search(queries, depth)
+    assert res.labels is not None
+    hits = res.labels == np.asarray(rel)[:, None]  # (Q, depth)
+    n_rel = np.ones(hits.shape[0], dtype=np.int64)  # one document per pair
+    per: dict[str, np.ndarray] = {}
+    for k in ks:
+        per[f"recall@{k}"] = np.asarray(recall_at_k(hits, n_rel, k, reduction="none"))
+    for k in ks:
+        per[f"ndcg@{k}"] = np.asarray(ndcg_at_k(hits, n_rel, k, reduction="none"))
+    per[f"mrr@{depth}"] = np.asarray(mrr(hits, n_rel, reduction="none"))
+    per["map@r"] = np.asarray(map_at_r(hits, n_rel, reduction="none"))
+    return RetrievalResult(
+        metrics={name: mean_ci(v.tolist()) for name, v in per.items()},
+        correct_top1=hits[:, 0].astype(np.float64),
+        top1_score=res.scores[:, 0].astype(np.float64),
+    )
+
+
+def held_out_cross_entropy(queries: Tensor, documents: Tensor, rel: np.ndarray, temperature: float) -> Tensor:
+    """``−log P_τ(rel_i | q_i)`` per query under the softmax search over all documents, ``(Q,)`` float64."""
+    return -log_prob(queries, documents, torch.as_tensor(rel), temperature=temperature)
+
+
+def fit_temperature(
+    queries: Tensor, documents: Tensor, rel: np.ndarray, *, tau_min: float, tau_max: float
+) -> tuple[float, list[tuple[float, float]]]:
+    """The τ in ``[tau_min, tau_max]`` minimising the mean held-out cross-entropy (bounded Brent on log τ).
+
+    Returns:
+        ``(τ*, [(τ, mean cross-entropy), …])`` — every evaluated point, sorted by τ.
+    """
+    seen: dict[float, float] = {}
+
+    def objective(log_tau: float) -> float:
+        tau = math.exp(log_tau)
+        value = float(held_out_cross_entropy(queries, documents, rel, tau).mean())
+        seen[tau] = value
+        return value
+
+    res = optimize.minimize_scalar(
+        objective, bounds=(math.log(tau_min), math.log(tau_max)), method="bounded", options={"xatol": 1e-3}
+    )
+    return float(math.exp(res.x)), sorted(seen.items())
+
+
+def softmax_search_summary(queries: Tensor, documents: Tensor, temperature: float) -> dict[str, float]:
+    """Mean log-partition and mean entropy of the softmax search at τ (and log M, the uniform entropy)."""
+    log_z = log_partition(queries, documents, temperature=temperature)
+    h = entropy(SoftmaxSearch(queries, documents, 1.0 / temperature))
+    return {
+        "log_partition": float(log_z.mean()),
+        "entropy": float(h.mean()),
+        "log_num_documents": math.log(documents.shape[0]),
+    }
+
+
+def risk_curve(
+    queries: Tensor,
+    documents: Tensor,
+    rel: np.ndarray,
+    *,
+    temperature: float,
+    k_max: int,
+    generator: torch.Generator,
+) -> dict[str, Any]:
+    """R(φ; k, τ) minus its k → ∞ limit on the audited pairs, for k = 1, 2, 4, … ≤ min(k_max, M − 1).
+
+    Each query draws one sequence of ``k_max`` negatives (uniform over the other documents, with
+    replacement) and uses its first k for every k, so the estimates are paired across k; standard errors
+    are over queries.
+
+    Returns:
+        ``{"ks", "risk": {"mean", "se"}, "limit": {"mean", "se"}, "gap": {"mean", "se"}, "slope": fit_slope(...)}``.
+    """
+    from contrastlab.experiments.k_gap import fit_slope
+
+    m = documents.shape[0]
+    if m < 2:
+        raise ValueError("documents: the risk curve needs at least 2 documents")
+    q = torch.nn.functional.normalize(queries.double(), dim=1)
+    d = torch.nn.functional.normalize(documents.double(), dim=1)
+    rel_t = torch.as_tensor(rel, dtype=torch.int64)
+    k_top = min(k_max, m - 1)
+    ks = [2**i for i in range(int(math.log2(k_top)) + 1)]
+    # the limit: log (1/(M−1)) Σ_{j ≠ rel} e^{s_j/τ} − s_rel/τ, from log Z over all M and log P(rel)
+    log_z = log_partition(q, d, temperature=temperature)
+    lp = log_prob(q, d, rel_t, temperature=temperature)  # s_rel/τ − log Z ≤ 0
+    s_rel = lp + log_z
+    limit = log_z + torch.log(-torch.expm1(lp)) - math.log(m - 1) - s_rel  # (Q,)
+    for i in torch.nonzero(lp > -1e-8).flatten().tolist():  # the positive holds ~all the mass: no cancellation
+        row = (d @ q[i]) / temperature  # (M,) one query's logits
+        row[rel_t[i]] = float("-inf")
+        limit[i] = torch.logsumexp(row, 0) - math.log(m - 1) - s_rel[i]
+    per_k: list[list[Tensor]] = [[] for _ in ks]
+    block = max(1, (1 << 22) // (k_top * d.shape[1]))
+    for s in range(0, q.shape[0], block):
+        e = min(s + block, q.shape[0])
+        idx = torch.randint(0, m - 1, (e - s, k_top), generator=generator)
+        idx = idx + (idx >= rel_t[s:e, None]).long()  # skip the query's own document
+        negs = d[idx]  # (B, k_top, D)
+        for i, k in enumerate(ks):
+            loss = tuple_loss(q[s:e], d[rel_t[s:e]], negs[:, :k], temperature=temperature, normalize=False)
+            per_k[i].append(loss)
+    risk = [mc_estimate(torch.cat(v)) for v in per_k]
+    gap = [mc_estimate(torch.cat(v) - limit) for v in per_k]
+    lim = mc_estimate(limit)
+    return {
+        "ks": ks,
+        "temperature": temperature,
+        "risk": {"mean": [r.mean for r in risk], "se": [r.se for r in risk]},
+        "limit": {"mean": lim.mean, "se": lim.se},
+        "gap": {"mean": [g.mean for g in gap], "se": [g.se for g in gap]},
+        "slope": fit_slope(ks, [g.mean for g in gap], [g.se for g in gap]),
+    }
+
+
+def hard_negative_tails(
+    queries: Tensor,
+    documents: Tensor,
+    rel: np.ndarray,
+    *,
+    max_anchors: int,
+    max_documents: int,
+    generator: torch.Generator,
+) -> TailReport:
+    """GPD fit of the pooled query → document negative cosines and WEINCE's per-query tail statistics.
+
+    Uses at most ``max_anchors`` queries and ``max_documents`` documents (seeded draws); each query's own
+    document is excluded (−inf), so every row keeps at least ``max_documents − 1`` negatives.
+    """
+    q = torch.nn.functional.normalize(queries.double(), dim=1)
+    d = torch.nn.functional.normalize(documents.double(), dim=1)
+    rows = torch.randperm(q.shape[0], generator=generator)[:max_anchors].sort().values
+    cols = torch.randperm(d.shape[0], generator=generator)[:max_documents].sort().values
+    sims = q[rows] @ d[cols].T  # (R, T) float64
+    own = torch.as_tensor(rel, dtype=torch.int64)[rows]
+    sims = sims.masked_fill(cols[None, :] == own[:, None], float("-inf"))
+    pooled = sims[torch.isfinite(sims)].numpy()
+    pot = pot_fit(pooled, threshold_quantile=0.99)
+    anchors = anchor_tail_stats(sims)
+    exceed = np.sort(pooled[pooled > pot.threshold] - pot.threshold)
+    return TailReport(
+        pot=pot,
+        anchors=anchors,
+        frac_weibull=float((anchors.delta_aic > 0).double().mean()),
+        xi_isotropic=isotropic_xi(int(q.shape[1])),
+        exceedances=exceed,
+    )
+
+
+def geometry(queries: Tensor, documents: Tensor, rel: np.ndarray, *, sample: int, generator: torch.Generator) -> dict:
+    """Alignment of the pairs (Wang & Isola 2020, eq. 4) and uniformity (eq. 5) of a sample of each side."""
+    rel_t = torch.as_tensor(rel, dtype=torch.int64)
+    dq = torch.randperm(documents.shape[0], generator=generator)[:sample]
+    qq = torch.randperm(queries.shape[0], generator=generator)[:sample]
+    return {
+        "alignment": float(alignment(queries, documents[rel_t])),
+        "uniformity_documents": float(uniformity(documents[dq])) if dq.numel() > 1 else float("nan"),
+        "uniformity_queries": float(uniformity(queries[qq])) if qq.numel() > 1 else float("nan"),
+    }
+
+
+def word_statistics(texts: list[str], reference: list[str]) -> dict[str, np.ndarray]:
+    """Per text: mean Zipf frequency of its words (wordfreq, English), mean IDF in ``reference``, word count."""
+    import wordfreq
+
+    tokens = [wordfreq.tokenize(t, "en") for t in texts]
+    ref_tokens = [set(wordfreq.tokenize(t, "en")) for t in reference]
+    df = Counter(w for s in ref_tokens for w in s)
+    n = len(ref_tokens)
+    freq = np.array([np.mean([wordfreq.zipf_frequency(w, "en") for w in ts]) if ts else np.nan for ts in tokens])
+    idf = np.array([np.mean([math.log(n / max(df[w], 1)) for w in ts]) if ts else np.nan for ts in tokens])
+    length = np.array([float(len(ts)) for ts in tokens])
+    return {"log_frequency": freq, "specificity": idf, "length": length}
+
+
+def norm_diagnostics(
+    norms: np.ndarray,
+    *,
+    texts: list[str] | None,
+    reference_texts: list[str] | None,
+    correct_top1: np.ndarray,
+    softmax_top1: np.ndarray,
+    n_boot: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The pre-normalisation norm of the queries: against word statistics, and as a top-1 confidence.
+
+    Returns:
+        ``{"norm_mean", "norm_cv", "correlations": {name: (ρ, low, high, n)}, "auroc_norm",
+        "auroc_softmax"}``; an AUROC is NaN when every query is right (or every one wrong), correlations
+        are empty without texts or when the norm is constant (embeddings already normalised).
+    """
+    norms = np.asarray(norms, dtype=np.float64)
+    out: dict[str, Any] = {
+        "norm_mean": float(norms.mean()),
+        "norm_cv": float(norms.std() / norms.mean()) if norms.mean() > 0 else float("nan"),
+        "correlations": {},
+        "auroc_norm": float("nan"),
+        "auroc_softmax": float("nan"),
+    }
+    both = 0 < correct_top1.sum() < correct_top1.size
+    if both:
+        out["auroc_softmax"] = auroc(softmax_top1, correct_top1)
+    constant = float(norms.max() - norms.min()) <= 1e-6 * float(norms.max())
+    if constant:
+        return out
+    if both:
+        out["auroc_norm"] = auroc(norms, correct_top1)
+    if texts is not None:
+        stats = word_statistics(texts, reference_texts or texts)
+        keep = np.all([np.isfinite(v) for v in stats.values()], axis=0)
+        if keep.sum() >= 3:
+            corr = norm_correlations(norms[keep], {k: v[keep] for k, v in stats.items()}, n_boot=n_boot, rng=rng)
+            out["correlations"] = {k: (*v, int(keep.sum())) for k, v in corr.items()}
+    return out

