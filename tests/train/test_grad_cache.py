@@ -216,6 +216,7 @@ REGISTRY_CALLS = {
     "supcon": lambda fn, a, p, n, y: fn(torch.cat([a, p]), torch.cat([y, y])),
     "weince": lambda fn, a, p, n, y: fn(a, p, temperature=0.5),
     "support_corrected": lambda fn, a, p, n, y: fn(a, p, n),
+    "siglip": lambda fn, a, p, n, y: fn(a, p, temperature=0.5, bias=-1.0),
 }
 
 
