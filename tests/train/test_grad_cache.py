@@ -206,3 +206,48 @@ def test_objective_checks_its_inputs_and_the_model_output():
     flat = EmbeddingObjective(inputs=lambda b: b, loss=lambda e, b: e.sum())
     with pytest.raises(ValueError, match="^model must map"):
         flat(lambda x: x.sum(), torch.randn(3, IN))
+
+
+# How each entry of the loss registry is called on (anchors, positives, per-anchor negatives, labels).
+REGISTRY_CALLS = {
+    "info_nce": lambda fn, a, p, n, y: fn(a, p, temperature=0.2),
+    "dcl": lambda fn, a, p, n, y: fn(a, p, temperature=0.2),
+    "nt_xent": lambda fn, a, p, n, y: fn(a, p),
+    "supcon": lambda fn, a, p, n, y: fn(torch.cat([a, p]), torch.cat([y, y])),
+    "weince": lambda fn, a, p, n, y: fn(a, p, temperature=0.5),
+    "support_corrected": lambda fn, a, p, n, y: fn(a, p, n),
+    "siglip": lambda fn, a, p, n, y: fn(a, p, temperature=0.5, bias=-1.0),
+}
+
+
+def test_every_registry_loss_has_a_call():
+    from contrastlab.losses.registry import LOSSES as REGISTRY
+
+    assert set(REGISTRY_CALLS) == set(REGISTRY)
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY_CALLS))
+def test_every_registry_loss_caches_exactly(name):
+    """Anchors, positives and 3 per-anchor negatives embedded (55 rows, mini-batches of 8), dropout on."""
+    from contrastlab.losses.registry import LOSSES as REGISTRY
+
+    x, xp, y = _batch()
+    g = torch.Generator().manual_seed(2)
+    batch = (x, xp, y, torch.randn(N, 3, IN, generator=g, dtype=torch.float64))
+
+    def loss(e, b):
+        a, p, n = e[:N], e[N : 2 * N], e[2 * N :].view(N, 3, -1)
+        return REGISTRY_CALLS[name](REGISTRY[name], a, p, n, b[2])
+
+    objective = EmbeddingObjective(inputs=lambda b: torch.cat([b[0], b[1], b[3].reshape(-1, IN)]), loss=loss)
+    model = _model(0.3)
+    torch.manual_seed(9)
+    emb = torch.cat([model(c) for c in objective.inputs(batch).split(8)])
+    ref = objective.loss(emb, batch)
+    ref.backward()
+    ref_grads = _grads(model)
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(9)
+    got, _ = cached_backward(model, objective, batch, 8)
+    assert torch.equal(got, ref.detach().float())
+    _close(_grads(model), ref_grads, 1e-12)
