@@ -14,6 +14,7 @@ stored or deflated and its declared size is at most :data:`MAX_DEFLATE_RATIO` ti
 
 from __future__ import annotations
 
+import io
 import math
 import tokenize
 import zipfile
@@ -49,18 +50,29 @@ class NpyFormatError(ValueError):
 
 
 def _header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """Parse the magic string and header of an open ``.npy`` stream; leave it at the first data byte."""
+    """Parse the magic string and header of an open ``.npy`` stream; leave it at the first data byte.
+
+    The header's length field is checked before the header is read: numpy reads a version-2 header of
+    any declared length (up to 4 GiB) before comparing it with its limit.
+    """
     fmt = np.lib.format
+    head = f.read(8)
+    if len(head) < 8 or head[:6] != b"\x93NUMPY":
+        raise NpyFormatError(f"{where} is not a valid .npy file (no NUMPY magic string)")
+    if head[6:8] not in (b"\x01\x00", b"\x02\x00"):
+        raise NpyFormatError(f"{where} has .npy format version {tuple(head[6:8])}; 1.0 and 2.0 are read")
+    size_field = f.read(2 if head[6] == 1 else 4)
+    length = int.from_bytes(size_field, "little")
+    if len(size_field) < (2 if head[6] == 1 else 4) or length > _HEADER_LIMIT:
+        raise NpyFormatError(f"{where} is not a valid .npy file (header length {length}, at most {_HEADER_LIMIT})")
+    text = f.read(length)
+    if len(text) < length:
+        raise NpyFormatError(f"{where} is truncated inside its header")
+    buffer = io.BytesIO(head + size_field + text)
     try:
-        version = fmt.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(f, max_header_size=_HEADER_LIMIT)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(f, max_header_size=_HEADER_LIMIT)
-        else:
-            raise NpyFormatError(f"{where} has .npy format version {version}; 1.0 and 2.0 are read")
-    except NpyFormatError:
-        raise
+        version = fmt.read_magic(buffer)
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, fortran, dtype = read(buffer, max_header_size=_HEADER_LIMIT)
     except _PARSE_ERRORS as e:
         raise NpyFormatError(f"{where} is not a valid .npy file ({type(e).__name__}: {_first_line(e)})") from None
     if dtype.hasobject:

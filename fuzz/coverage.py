@@ -31,7 +31,7 @@ READER_MODULES: dict[str, tuple[str, ...]] = {
     "npy": ("contrastlab.npyfile", "contrastlab.search.cli"),
     "cifar": ("contrastlab.data.cifar",),
     "stl10": ("contrastlab.data.stl10",),
-    "svhn": ("contrastlab.data.svhn",),
+    "svhn": ("contrastlab.data.svhn", "contrastlab.data.mat5"),
     "imagenet32": ("contrastlab.data.imagenet32", "contrastlab.npyfile"),
     "tiny_imagenet": ("contrastlab.data.tiny_imagenet",),
     "cifar10h": ("contrastlab.data.cifar10h", "contrastlab.npyfile"),

@@ -150,3 +150,12 @@ def test_not_a_zip(tmp_path: Path) -> None:
     p.write_bytes(b"\x93NUMPY nope")
     with pytest.raises(NpyFormatError, match=rf"{p} is not a readable .npz archive"):
         load_npz(p, ("data",))
+
+
+def test_header_length_is_checked_before_the_header_is_read(tmp_path: Path) -> None:
+    # found by atheris (cifar10h): numpy reads a version-2 header of its declared length (here 2 GiB)
+    # before comparing it with max_header_size, so a 12-byte file made it allocate 2 GiB
+    p = tmp_path / "a.npy"
+    p.write_bytes(b"\x93NUMPY\x02\x00" + (2**31).to_bytes(4, "little"))
+    with memory_cap(CAP), pytest.raises(NpyFormatError, match="header length 2147483648, at most 10000"):
+        load_npy(p)
