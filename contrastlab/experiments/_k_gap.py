@@ -8,7 +8,6 @@ a log-log plot with the bounds; :func:`k_gap_figure` does both for any set of en
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,33 +19,12 @@ from contrastlab.seeds import stream_generator
 from contrastlab.theory.bounds import dcl_search_bound, prop1_bounds, prop2_bound
 from contrastlab.theory.risk import Encoder
 from contrastlab.theory.search_ce import k_gap_estimates
+from contrastlab.theory.slope import fit_slope
 from contrastlab.worlds.vmf_world import SphereWorld
 
 __all__ = ["DEFAULT_KS", "fit_slope", "k_gap_figure", "measure_k_gap", "plot_k_gap"]
 
 DEFAULT_KS = tuple(2**i for i in range(11))  # 1, 2, 4, …, 1024
-
-
-def fit_slope(ks: Sequence[int], gaps: Sequence[float], ses: Sequence[float], *, k_min: int = 8) -> dict[str, Any]:
-    """Least-squares slope of log|gap| against log k over the informative points.
-
-    A point is informative when k >= ``k_min`` and |gap| > 3 standard errors. Whiteley's Props. 1–2
-    predict slope −1 (O(1/k)).
-
-    Returns:
-        ``{"slope", "slope_se", "n_points", "k_range"}`` (slope ``None`` with fewer than 3 points).
-    """
-    pts = [(k, abs(g)) for k, g, s in zip(ks, gaps, ses, strict=True) if k >= k_min and abs(g) > 3 * s]
-    if len(pts) < 3:
-        return {"slope": None, "slope_se": None, "n_points": len(pts), "k_range": None}
-    x = np.log([p[0] for p in pts])
-    y = np.log([p[1] for p in pts])
-    a = np.vstack([x, np.ones_like(x)]).T
-    coef, res, *_ = np.linalg.lstsq(a, y, rcond=None)
-    resid = y - a @ coef
-    s2 = float(resid @ resid) / max(len(pts) - 2, 1)
-    se = math.sqrt(s2 / float(((x - x.mean()) ** 2).sum()))
-    return {"slope": float(coef[0]), "slope_se": se, "n_points": len(pts), "k_range": [pts[0][0], pts[-1][0]]}
 
 
 def measure_k_gap(
