@@ -15,7 +15,7 @@ softmax-search functions, tails through a seeded subsample).
 * :func:`risk_curve` — Whiteley's InfoNCE risk R(φ; k, τ) (eq. 14, :func:`contrastlab.theory.risk.tuple_loss`)
   on the audited pairs with k negatives drawn uniformly from the other documents, minus its k → ∞ limit
   log E_j e^{(s_j − s_rel)/τ} (the mean over every other document, from the streamed log-partition);
-  Prop. 1 predicts the gap falls as O(1/k), i.e. log-log slope −1 (fitted as in the k-gap experiment).
+  Prop. 1 predicts the gap falls as O(1/k), i.e. log-log slope −1 (:func:`contrastlab.theory.slope.fit_slope`, as in the k-gap experiment).
 * :func:`hard_negative_tails` — WEINCE's extreme-value view of query → document negatives: a GPD fit
   to the top 1% (:func:`contrastlab.eval.tails.pot_fit`) and WEINCE's per-anchor Weibull-vs-Gumbel AIC
   (:func:`contrastlab.losses.weince.anchor_tail_stats`).
@@ -47,6 +47,7 @@ from contrastlab.losses.weince import anchor_tail_stats
 from contrastlab.search import EmbeddingIndex, SoftmaxSearch, entropy, log_partition, log_prob
 from contrastlab.search.metrics import map_at_r, mrr, ndcg_at_k, recall_at_k
 from contrastlab.theory.risk import mc_estimate, tuple_loss
+from contrastlab.theory.slope import fit_slope
 
 __all__ = [
     "RetrievalResult",
@@ -160,8 +161,6 @@ def risk_curve(
     Returns:
         ``{"ks", "risk": {"mean", "se"}, "limit": {"mean", "se"}, "gap": {"mean", "se"}, "slope": fit_slope(...)}``.
     """
-    from contrastlab.theory.risk import fit_slope
-
     m = documents.shape[0]
     if m < 2:
         raise ValueError("documents: the risk curve needs at least 2 documents")

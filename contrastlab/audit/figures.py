@@ -72,8 +72,9 @@ def plot_norms(norms: np.ndarray, frequency: np.ndarray | None, correct: np.ndar
         ax0.text(0.5, 0.5, "no texts: frequency not available", ha="center", va="center")
         ax0.set_axis_off()
     bins = np.linspace(float(norms.min()), float(norms.max()) + 1e-9, 40)
-    ax1.hist(norms[correct == 1], bins=bins, alpha=0.6, density=True, label="top-1 right")
-    ax1.hist(norms[correct == 0], bins=bins, alpha=0.6, density=True, label="top-1 wrong")
+    for value, label in ((1, "top-1 right"), (0, "top-1 wrong")):
+        if (correct == value).any():  # a density of no values is undefined
+            ax1.hist(norms[correct == value], bins=bins, alpha=0.6, density=True, label=label)
     ax1.set(xlabel="pre-normalisation norm of the query", ylabel="density")
     ax1.set_title("norm as a retrieval confidence")
     ax1.legend(fontsize=8)

@@ -78,11 +78,11 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
     """
     import contrastlab
     from contrastlab.host import host_info
-    from contrastlab.io import default_out_dir, to_jsonable, write_json_atomic
+    from contrastlab.io import to_jsonable, write_json_atomic
     from contrastlab.report import write_report
 
     cfg = config or AuditConfig()
-    out = Path(out_dir) if out_dir is not None else default_out_dir("audit")
+    out = Path(out_dir) if out_dir is not None else Path("runs") / f"audit-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)

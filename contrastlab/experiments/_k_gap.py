@@ -17,8 +17,9 @@ import numpy as np
 from contrastlab import figures
 from contrastlab.seeds import stream_generator
 from contrastlab.theory.bounds import dcl_search_bound, prop1_bounds, prop2_bound
-from contrastlab.theory.risk import Encoder, fit_slope
+from contrastlab.theory.risk import Encoder
 from contrastlab.theory.search_ce import k_gap_estimates
+from contrastlab.theory.slope import fit_slope
 from contrastlab.worlds.vmf_world import SphereWorld
 
 __all__ = ["DEFAULT_KS", "fit_slope", "k_gap_figure", "measure_k_gap", "plot_k_gap"]

@@ -216,3 +216,14 @@ def test_a_missing_model_fails_before_the_corpus_is_built(monkeypatch: pytest.Mo
     with pytest.raises(ValueError, match="^model: folder ./no/such/model does not exist"):
         audit(AuditConfig(model="./no/such/model", progress=False), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_norm_figure_with_every_retrieval_right(tmp_path: Path) -> None:
+    import warnings
+
+    from contrastlab.audit.figures import plot_norms
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # an empty density histogram divides by zero
+        plot_norms(np.linspace(1, 2, 20), None, np.ones(20), tmp_path / "n.png", title="all right")
+    assert (tmp_path / "n.png").stat().st_size > 0
