@@ -1,4 +1,3 @@
-import json
 import math
 from pathlib import Path
 
@@ -11,6 +10,7 @@ from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.inputs import encode_texts
 from contrastlab.audit.run import audit
 from contrastlab.cli import main
+from contrastlab.io import read_json_verified
 from contrastlab.search import EmbeddingIndex, evaluate_retrieval
 from contrastlab.theory.risk import tuple_loss
 
@@ -36,7 +36,7 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     emb, pairs = _synthetic(tmp_path)
     out = tmp_path / "audit"
     res = audit(AuditConfig(model=str(emb), pairs=str(pairs), **FAST), out)
-    on_disk = json.loads((out / "results.json").read_text())
+    on_disk = read_json_verified(out / "results.json")  # checksummed on writing, verified and dropped here
     assert on_disk == {k: v for k, v in res.items() if k != "out_dir"}
     for f in res["figures"]:
         assert (out / f["file"]).stat().st_size > 0
