@@ -11,7 +11,6 @@ h = f ∘ g on fresh test latents.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -175,7 +174,7 @@ def run_cached(run: LatentRun, out_dir: Path) -> dict[str, float]:
     metrics, the run is not repeated and the recorded metrics are returned. So a campaign that is
     stopped keeps every finished run, rerunning the same command trains only the missing ones, and
     runs of one campaign can be split over processes that share an output folder. A file recording
-    other settings, or one that does not parse, is replaced by a fresh run.
+    other settings, or one whose checksum or content is bad, is replaced by a fresh run.
 
     Args:
         run: the settings.
@@ -185,15 +184,15 @@ def run_cached(run: LatentRun, out_dir: Path) -> dict[str, float]:
         The metrics of :func:`train_latent` (a non-finite ``final_loss`` is recorded as null and
         returned as NaN).
     """
-    from contrastlab.io import to_jsonable, write_json_atomic
+    from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable, write_json_atomic
 
     out_dir = Path(out_dir)
     path = out_dir / RESULT_FILE
     settings = to_jsonable(asdict(run))
     if path.is_file():
         try:
-            stored = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            stored: Any = read_json_verified(path)  # its checksum first: a damaged record is retrained
+        except CorruptFileError:
             stored = None
         if isinstance(stored, dict) and stored.get("run") == settings:
             metrics = stored.get("metrics")
