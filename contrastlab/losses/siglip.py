@@ -37,6 +37,7 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    device_of,
     resolve_inverse_temperature,
 )
 from contrastlab.losses.temperature import LearnableTemperature
@@ -199,19 +200,31 @@ def siglip(
         >>> siglip(a, p, temperature=0.5, bias=0.0, reduction="none").shape
         torch.Size([8])
     """
-    check_embeddings("anchor", anchor, ndim=2)
-    check_embeddings("positive", positive, ndim=2)
-    if positive.shape != anchor.shape:
-        raise ValueError(f"positive must have the shape of anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}")
-    if positive.device != anchor.device:
-        raise ValueError(f"positive is on {positive.device} but anchor is on {anchor.device}; move them to one device")
-    check_choice("reduction", reduction, REDUCTIONS)
-    check_bool("normalize", normalize)
     check_bool("gather", gather)
-    chunk_size = tiled.check_chunk_size(chunk_size)
-    dtype = compute_dtype(anchor, positive)
-    inv_t = resolve_inverse_temperature(temperature, dtype, anchor.device)
-    b = _check_bias(bias, dtype, anchor.device)
+    checked: dict[str, Any] = {}
+
+    def check() -> int:
+        check_embeddings("anchor", anchor, ndim=2)
+        check_embeddings("positive", positive, ndim=2)
+        if positive.shape != anchor.shape:
+            raise ValueError(
+                f"positive must have the shape of anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
+            )
+        if positive.device != anchor.device:
+            raise ValueError(
+                f"positive is on {positive.device} but anchor is on {anchor.device}; move them to one device"
+            )
+        check_choice("reduction", reduction, REDUCTIONS)
+        check_bool("normalize", normalize)
+        checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
+        checked["dtype"] = dtype = compute_dtype(anchor, positive)
+        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
+        checked["bias"] = _check_bias(bias, dtype, anchor.device)
+        return int(anchor.shape[0])
+
+    # every rank checks its input and agrees before any collective: one rank's bad input raises on all
+    distributed.agree(check, gather=gather, device=device_of(anchor))
+    chunk_size, dtype, inv_t, b = checked["chunk_size"], checked["dtype"], checked["inv_t"], checked["bias"]
 
     # q = t·x̂ in one (N, D) pass; t stays in the autograd graph here, so a learnable τ gets its gradient.
     a = anchor.to(dtype)
@@ -225,7 +238,7 @@ def siglip(
         per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows)
     else:
         per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False))[0]
-    check_finite_loss(per_row, "siglip")
+    check_finite_loss(per_row, "siglip", gather=gather)
     if reduction == "none":
         return per_row
     world = distributed.world_size() if gather else 1

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from contrastlab.losses import info_nce, nt_xent, supcon, weince
+from contrastlab.losses import info_nce, nt_xent, siglip, supcon, weince
 
 WORLD = 2
 SIZES = [1, 5]  # rank 0 holds one row: DCL and WEINCE need the global N, not the local one
@@ -76,6 +76,7 @@ LOSS_CASES: dict[str, tuple[Callable[[], dict[str, torch.Tensor]], Callable[...,
         lambda t, **kw: supcon(t["a"], t["y"], **kw),
     ),
     "weince": (lambda: _pair(5), lambda t, **kw: weince(t["a"], t["p"], min_tail=4, **kw)),
+    "siglip": (lambda: _pair(11), lambda t, **kw: siglip(t["a"], t["p"], temperature=0.5, bias=-1.0, **kw)),
 }
 
 
@@ -94,6 +95,10 @@ def _bad_inputs(r: int, scenario: str) -> Callable[[], torch.Tensor]:
     if scenario == "overflow-on-rank-1":  # raw dot products of 1e200-sized rows overflow on rank 1 only
         a, p = (t["a"] * 1e200, t["p"] * 1e200) if r == 1 else (t["a"], t["p"])
         return lambda: info_nce(a, p, negatives=torch.ones(3, 5, dtype=torch.float64), normalize=False, gather=True)
+    if scenario == "siglip-nan-on-rank-0":
+        if r == 0:
+            t["a"][0, 0] = float("nan")
+        return lambda: siglip(t["a"], t["p"], gather=True)
     if scenario == "supcon-all-singletons":
         y = torch.arange(sum(SIZES))
         return lambda: supcon(t["a"], _rows(y, r), gather=True)
@@ -106,6 +111,7 @@ BAD_SCENARIOS = [
     "weince-shape-on-rank-1",
     "overflow-on-rank-1",
     "supcon-all-singletons",
+    "siglip-nan-on-rank-0",
 ]
 
 
@@ -174,6 +180,7 @@ def test_one_bad_rank_fails_every_rank_alike(results, scenario):
         ),
         "supcon-all-singletons": ("ValueError", "labels: every anchor is a singleton"),
         "overflow-on-rank-1": ("ValueError", "anchor/positive/negatives: the loss is not finite"),
+        "siglip-nan-on-rank-0": ("ValueError", "anchor contains NaN or Inf entries (on rank 0 of 2)"),
     }[scenario]
     assert outcomes[0]["error"] == expected[0]
     assert outcomes[0]["message"].startswith(expected[1]), outcomes[0]["message"]
