@@ -247,13 +247,18 @@ def _definitions(tree: ast.Module, module: str, private: bool) -> Iterator[tuple
 
 
 def _parse(path: Path) -> ast.Module | None:
+    """The module's syntax tree, or None for a file that is not Python this interpreter can parse.
+
+    Deeply nested source makes CPython's parser give up with ``RecursionError`` or ``MemoryError``
+    ("parser stack overflow"), not ``SyntaxError``; such a file is skipped like any unparsable one.
+    """
     try:
         with tokenize.open(path) as f:  # honours the PEP 263 coding cookie
             text = f.read()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # invalid escape sequences and the like in old files
             return ast.parse(text, filename=str(path))
-    except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+    except (SyntaxError, UnicodeDecodeError, ValueError, OSError, RecursionError, MemoryError):
         return None
 
 
