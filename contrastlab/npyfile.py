@@ -42,7 +42,17 @@ _PARSE_ERRORS = (
     KeyError,
     tokenize.TokenError,
 )
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError, zlib.error)
+#: What reading a damaged zip archive can raise. ``zipfile`` signals an unsupported zip version (a header
+#: field an attacker or a bit flip sets) with ``NotImplementedError``; checkpoints share this list.
+ZIP_READ_ERRORS = (
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    OSError,
+    EOFError,
+    ValueError,
+    NotImplementedError,
+    zlib.error,
+)
 
 
 class NpyFormatError(ValueError):
@@ -186,6 +196,6 @@ def load_npz(path: str | Path, keys: Sequence[str], *, optional: Sequence[str] =
                     out[key] = _member(zf, key, str(p))
     except NpyFormatError:
         raise
-    except (*_ZIP_ERRORS, RuntimeError) as e:  # RuntimeError: an encrypted member
+    except (*ZIP_READ_ERRORS, RuntimeError) as e:  # RuntimeError: an encrypted member
         raise NpyFormatError(f"{p} is not a readable .npz archive ({type(e).__name__}: {_first_line(e)})") from None
     return out

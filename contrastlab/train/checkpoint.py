@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from contrastlab.io import CorruptFileError, atomic_path, open_sealed_zip, seal_zip
+from contrastlab.npyfile import ZIP_READ_ERRORS
 
 __all__ = [
     "CheckpointError",
@@ -165,7 +166,7 @@ def _check_record_sizes(payload: io.BytesIO, p: Path) -> None:
                         f"checkpoint {p} is corrupt: record {info.filename[-60:]!r} declares {info.file_size} "
                         f"bytes (compression {info.compress_type}) in a file of {size}"
                     )
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError, EOFError, NotImplementedError) as e:
+    except ZIP_READ_ERRORS as e:
         raise CheckpointError(f"checkpoint {p} is corrupt (not a readable zip archive: {e})") from None
 
 
