@@ -1,6 +1,8 @@
-"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, WEINCE, support-corrected InfoNCE, and ``LOSSES``."""
+"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, WEINCE, support-corrected, debiased, hard-negative, SigLIP, ``LOSSES``."""
 
 from contrastlab.losses.alignment_uniformity import alignment, uniformity
+from contrastlab.losses.debiased import DebiasedInfoNCELoss, debiased_info_nce
+from contrastlab.losses.hard_negative import HardNegativeInfoNCELoss, hard_negative_info_nce
 from contrastlab.losses.info_nce import InfoNCELoss, info_nce
 from contrastlab.losses.nt_xent import NTXentLoss, nt_xent
 from contrastlab.losses.registry import LOSSES
@@ -12,6 +14,8 @@ from contrastlab.losses.weince import WEINCELoss, WEINCEOptions, weince
 
 __all__ = [
     "LOSSES",
+    "DebiasedInfoNCELoss",
+    "HardNegativeInfoNCELoss",
     "InfoNCELoss",
     "LearnableTemperature",
     "NTXentLoss",
@@ -21,6 +25,8 @@ __all__ = [
     "WEINCEOptions",
     "SupportCorrectedInfoNCELoss",
     "alignment",
+    "debiased_info_nce",
+    "hard_negative_info_nce",
     "info_nce",
     "nt_xent",
     "siglip",

@@ -13,6 +13,8 @@ from functools import partial
 
 from torch import Tensor
 
+from contrastlab.losses.debiased import debiased_info_nce
+from contrastlab.losses.hard_negative import hard_negative_info_nce
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
 from contrastlab.losses.siglip import siglip
@@ -30,5 +32,7 @@ LOSSES: dict[str, Callable[..., Tensor | tuple]] = {
     "weince": weince,
     "support_corrected": support_corrected_info_nce,
     "siglip": siglip,
+    "debiased": debiased_info_nce,
+    "hard_negative": hard_negative_info_nce,
 }
 """Loss name → loss function (``info_nce``'s DCL variant under ``"dcl"``)."""

@@ -18,7 +18,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from contrastlab.losses import info_nce, nt_xent, siglip, supcon, weince
+from contrastlab.losses import (
+    debiased_info_nce,
+    hard_negative_info_nce,
+    info_nce,
+    nt_xent,
+    siglip,
+    supcon,
+    weince,
+)
 
 WORLD = 2
 SIZES = [1, 5]  # rank 0 holds one row: DCL and WEINCE need the global N, not the local one
@@ -77,6 +85,24 @@ LOSS_CASES: dict[str, tuple[Callable[[], dict[str, torch.Tensor]], Callable[...,
     ),
     "weince": (lambda: _pair(5), lambda t, **kw: weince(t["a"], t["p"], min_tail=4, **kw)),
     "siglip": (lambda: _pair(11), lambda t, **kw: siglip(t["a"], t["p"], temperature=0.5, bias=-1.0, **kw)),
+    # debiased / hard-negative: N − 1 (or 2N − 2) negatives of the global batch; τ⁺ = 0.3 clamps 6 of the 12 rows
+    "debiased": (lambda: _pair(12), lambda t, **kw: debiased_info_nce(t["a"], t["p"], tau_plus=0.1, **kw)),
+    "debiased/simclr/clamp": (
+        lambda: _pair(13),
+        lambda t, **kw: debiased_info_nce(t["a"], t["p"], tau_plus=0.3, simclr=True, **kw),
+    ),
+    "hard_negative": (
+        lambda: _pair(14),
+        lambda t, **kw: hard_negative_info_nce(t["a"], t["p"], tau_plus=0.1, beta=1.0, **kw),
+    ),
+    "hard_negative/simclr/tiled": (
+        lambda: _pair(15),
+        lambda t, **kw: hard_negative_info_nce(t["a"], t["p"], tau_plus=0.1, beta=0.5, simclr=True, chunk_size=2, **kw),
+    ),
+    "hard_negative/shared": (
+        lambda: {**_pair(16), "neg": _pair(17)["a"]},
+        lambda t, **kw: hard_negative_info_nce(t["a"], t["p"], t["neg"], tau_plus=0.05, beta=2.0, **kw),
+    ),
 }
 
 
@@ -99,6 +125,9 @@ def _bad_inputs(r: int, scenario: str) -> Callable[[], torch.Tensor]:
         if r == 0:
             t["a"][0, 0] = float("nan")
         return lambda: siglip(t["a"], t["p"], gather=True)
+    if scenario == "tau-plus-on-rank-1":
+        tau_plus = 1.0 if r == 1 else 0.1
+        return lambda: hard_negative_info_nce(t["a"], t["p"], tau_plus=tau_plus, gather=True)
     if scenario == "supcon-all-singletons":
         y = torch.arange(sum(SIZES))
         return lambda: supcon(t["a"], _rows(y, r), gather=True)
@@ -112,6 +141,7 @@ BAD_SCENARIOS = [
     "overflow-on-rank-1",
     "supcon-all-singletons",
     "siglip-nan-on-rank-0",
+    "tau-plus-on-rank-1",
 ]
 
 
@@ -181,6 +211,7 @@ def test_one_bad_rank_fails_every_rank_alike(results, scenario):
         "supcon-all-singletons": ("ValueError", "labels: every anchor is a singleton"),
         "overflow-on-rank-1": ("ValueError", "anchor/positive/negatives: the loss is not finite"),
         "siglip-nan-on-rank-0": ("ValueError", "anchor contains NaN or Inf entries (on rank 0 of 2)"),
+        "tau-plus-on-rank-1": ("ValueError", "tau_plus must be in [0, 1), got 1.0 (on rank 1 of 2)"),
     }[scenario]
     assert outcomes[0]["error"] == expected[0]
     assert outcomes[0]["message"].startswith(expected[1]), outcomes[0]["message"]

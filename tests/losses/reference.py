@@ -74,3 +74,41 @@ def supcon_loop(z, labels, tau) -> list[float | None]:
 
 def to64(*xs: Tensor) -> list[Tensor]:
     return [x.detach().to(torch.float64) for x in xs]
+
+
+def debiased_loop(a, p, negs, tau, tau_plus, beta, simclr, normalize) -> tuple[list[float], list[bool]]:
+    """Debiased (Chuang et al. 2020, eq. 6) and hard-negative (Robinson et al. 2021) InfoNCE, one row at a time.
+
+    Per anchor x with positive x⁺ and negatives u_1..u_N (scaled similarities S_j, weights w_j = e^{βS_j}):
+    g = max((N·Σ_j w_j e^{S_j}/Σ_j w_j − τ⁺N e^{S⁺}) / (1 − τ⁺), N e^{−1/τ}) and
+    ℓ = −log(e^{S⁺} / (e^{S⁺} + g)) = log(1 + g e^{−S⁺}). Returns the losses and whether the clamp bound.
+    """
+    rows = []  # (anchor, positive, negatives) per row
+    n = a.shape[0]
+    if simclr:
+        z = [a[i] for i in range(n)] + [p[i] for i in range(n)]
+        for i in range(2 * n):
+            j = i + n if i < n else i - n
+            rows.append((z[i], z[j], [z[k] for k in range(2 * n) if k not in (i, j)]))
+    else:
+        for i in range(n):
+            if negs is None:
+                cands = [p[j] for j in range(n) if j != i]
+            elif negs.ndim == 2:
+                cands = [negs[m] for m in range(negs.shape[0])]
+            else:
+                cands = [negs[i, k] for k in range(negs.shape[1])]
+            rows.append((a[i], p[i], cands))
+    losses, clamped = [], []
+    for x, xp, us in rows:
+        s_pos = _cos(x, xp, normalize) / tau
+        s = [_cos(x, u, normalize) / tau for u in us]
+        big_n = len(s)
+        w = [math.exp(beta * sj) for sj in s]
+        mean = sum(wj * math.exp(sj) for wj, sj in zip(w, s, strict=True)) / sum(w)
+        estimate = (big_n * mean - tau_plus * big_n * math.exp(s_pos)) / (1.0 - tau_plus)
+        floor = big_n * math.exp(-1.0 / tau)
+        g = max(estimate, floor)
+        losses.append(math.log1p(g * math.exp(-s_pos)))
+        clamped.append(estimate < floor)
+    return losses, clamped

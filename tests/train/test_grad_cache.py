@@ -217,6 +217,8 @@ REGISTRY_CALLS = {
     "weince": lambda fn, a, p, n, y: fn(a, p, temperature=0.5),
     "support_corrected": lambda fn, a, p, n, y: fn(a, p, n),
     "siglip": lambda fn, a, p, n, y: fn(a, p, temperature=0.5, bias=-1.0),
+    "debiased": lambda fn, a, p, n, y: fn(a, p, tau_plus=0.1, simclr=True),
+    "hard_negative": lambda fn, a, p, n, y: fn(a, p, n, tau_plus=0.1, beta=1.0),
 }
 
 

@@ -1,0 +1,137 @@
+"""Hard-negative InfoNCE (Robinson et al. 2021) against a loop written from the paper, its limits and contract.
+
+The loop (``tests/losses/reference.py: debiased_loop``) weighs each negative by e^{βS} directly with
+``math.exp``; the function takes two row log-sum-exps on the kernels. float64, 1e-10 relative (the two
+differ only in rounding); τ = 0.5 and β ≤ 2 keep the loop's e^{(1+β)S} ≤ e^6 well inside float64.
+"""
+
+import pytest
+import torch
+
+from contrastlab.losses import HardNegativeInfoNCELoss, debiased_info_nce, hard_negative_info_nce, info_nce
+from tests.losses.reference import debiased_loop
+from tests.losses.test_debiased import LAYOUTS, _data, _mixed
+
+TAU = 0.5
+
+
+def _loss(a, p, negs, layout, **kw):
+    return hard_negative_info_nce(a, p, negs, simclr=layout == "simclr", **kw)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize(("tau_plus", "beta"), [(0.1, 0.5), (0.1, 1.0), (0.0, 2.0), (0.3, 1.0)])
+@pytest.mark.parametrize("chunk_size", [None, 3])
+def test_matches_the_paper_loop(layout, tau_plus, beta, chunk_size):
+    a, p, negs = _data(layout, 9, seed=21)
+    got = _loss(
+        a, p, negs, layout, temperature=TAU, tau_plus=tau_plus, beta=beta, reduction="none", chunk_size=chunk_size
+    )
+    want, _ = debiased_loop(a, p, negs, TAU, tau_plus, beta, layout == "simclr", True)
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
+    a, p, negs = _data(layout, 10, seed=22, noise=_mixed(10))
+    want, clamped = debiased_loop(a, p, negs, TAU, 0.4, 1.0, layout == "simclr", True)
+    assert any(clamped) and not all(clamped), clamped  # both branches are exercised by these inputs
+    got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.4, beta=1.0, reduction="none", chunk_size=chunk_size)
+    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_beta_zero_is_the_debiased_loss(layout):
+    a, p, negs = _data(layout, 8, seed=23)
+    kw = {"temperature": TAU, "tau_plus": 0.1, "simclr": layout == "simclr", "reduction": "none"}
+    torch.testing.assert_close(
+        hard_negative_info_nce(a, p, negs, beta=0.0, **kw), debiased_info_nce(a, p, negs, **kw), rtol=0, atol=0
+    )
+    # and continuously: d/dβ of the log reweighted mean is E_{q_{1+β}}[S] − E_{q_β}[S] ≤ max S − min S ≤ 2/τ,
+    # so β = 1e-9 moves log g by at most 4e-9 (times 1/(1 − τ⁺e^{r}) ≈ 1 away from the clamp): far below
+    # 1e-7 relative. This exercises the β > 0 path (two sweeps) against the one-sweep path.
+    torch.testing.assert_close(
+        hard_negative_info_nce(a, p, negs, beta=1e-9, **kw), debiased_info_nce(a, p, negs, **kw), rtol=1e-7, atol=0
+    )
+
+
+@pytest.mark.parametrize("layout", ["in-batch", "shared", "per-anchor"])
+def test_beta_zero_tau_plus_zero_is_info_nce(layout):
+    a, p, negs = _data(layout, 8, seed=24)
+    torch.testing.assert_close(
+        hard_negative_info_nce(a, p, negs, temperature=TAU, tau_plus=0.0, beta=0.0),
+        info_nce(a, p, negs, temperature=TAU),
+        rtol=1e-12,
+        atol=0,
+    )
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_loss_grows_with_beta(layout):
+    # d/dβ log(Σ e^{(1+β)S}/Σ e^{βS}) = E_{q_{1+β}}[S] − E_{q_β}[S] ≥ 0 (a tilted mean grows with the tilt),
+    # and the clamp and log(e^{S⁺} + g) are nondecreasing in the estimate: every row's loss is nondecreasing
+    # in β. The slack 1e-12 covers rounding where two values are equal (clamped rows).
+    a, p, negs = _data(layout, 9, seed=25)
+    rows = [
+        _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.1, beta=b, reduction="none")
+        for b in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+    ]
+    for lo, hi in zip(rows[:-1], rows[1:], strict=True):
+        assert bool((hi >= lo - 1e-12).all())
+    assert bool((rows[-1] > rows[0]).any())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("chunk_size", [None, 2])
+def test_gradcheck_float64(layout, chunk_size):
+    a, p, negs = _data(layout, 5, seed=26, noise=0.5)
+    leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
+    leaves.append(torch.tensor(0.4, dtype=torch.float64, requires_grad=True))  # a learnable τ
+
+    def fn(*xs):
+        n = xs[2] if negs is not None else None
+        return _loss(
+            xs[0], xs[1], n, layout, temperature=xs[-1], tau_plus=0.2, beta=1.5, chunk_size=chunk_size, reduction="none"
+        )
+
+    assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_dense_equals_tiled_with_gradients(layout):
+    a, p, negs = _data(layout, 13, seed=27, noise=0.5)
+    out = []
+    for chunk_size in (None, 4):
+        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = _loss(x, y, negs, layout, temperature=0.3, tau_plus=0.1, beta=1.0, chunk_size=chunk_size)
+        loss.backward()
+        out.append((loss.detach(), x.grad, y.grad))
+    for got, want in zip(out[1], out[0], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+
+
+def test_module_equals_function_and_shows_its_hyperparameters():
+    a, p, _ = _data("in-batch", 6, seed=28)
+    m = HardNegativeInfoNCELoss(temperature=0.3, tau_plus=0.05, beta=0.7)
+    torch.testing.assert_close(m(a, p), hard_negative_info_nce(a, p, temperature=0.3, tau_plus=0.05, beta=0.7))
+    assert "beta=0.7" in repr(m) and "tau_plus=0.05" in repr(m)
+
+
+@pytest.mark.parametrize(
+    ("kw", "error", "message"),
+    [
+        ({"beta": -0.5}, ValueError, "^beta must be >= 0, got -0.5"),
+        ({"beta": float("inf")}, ValueError, "^beta must be finite"),
+        ({"beta": "1"}, TypeError, "^beta must be a real number"),
+        ({"beta": True}, TypeError, "^beta must be a real number"),
+        ({"tau_plus": 1.5}, ValueError, r"^tau_plus must be in \[0, 1\)"),
+    ],
+)
+def test_bad_hyperparameters_raise_named_errors(kw, error, message):
+    a, p, _ = _data("in-batch", 4, seed=29)
+    for gather in (False, True):  # gather=True: through the agree-before-collective check
+        with pytest.raises(error, match=message):
+            hard_negative_info_nce(a, p, gather=gather, **kw)
+    with pytest.raises(error, match=message):
+        HardNegativeInfoNCELoss(**kw)
