@@ -195,8 +195,8 @@ def debiased_estimate(
         k = tiled.normalize_scale(k)
     pos = (q * k).sum(dim=1)  # (n,) the positive logits S_i⁺
     n = q.shape[0]
-    # The estimator weights each row's sums unequally: the dense path keeps the logits ("none").
-    keep = tiled.keeps_logits("none", q, k)
+    # The estimator weights each row's sums unequally: with a backward the dense path keeps the logits.
+    keep = tiled.keeps_logits("none", q, k, *(() if negatives is None else (negatives,)))
 
     if negatives is None and simclr:
         ka = tiled.normalize_scale(a) if normalize else a
