@@ -30,8 +30,9 @@ Both need only two row reductions over the negatives, log Σ_j e^{(1+β)S_ij} an
 (one when β = 0): row log-sum-exps of the logit matrix scaled by (1+β) and by β, computed by the
 streamed dense and the tiled kernels of :mod:`contrastlab.losses.tiled` (memory linear in N + M beyond
 the dense budget) with the positive left out by the kernels' diagonal exclusion. The estimator is then
-evaluated per row in log space, so no e^{S} is ever formed: log g_i = log N + B_i − log τ⁻ +
-log(1 − τ⁺ N e^{S_i⁺ − B_i}) with B_i the log of the (reweighted) negative sum, clamped at log N − 1/τ.
+evaluated per row in log space, so no e^{S} is ever formed outside the kernels: log g_i = B_i − log τ⁻ +
+log(1 − τ⁺ N e^{S_i⁺ − B_i}), B_i = log(N Σ_j e^{(1+β)S_ij} / Σ_j e^{βS_ij}) (log Σ_j e^{S_ij} for β = 0),
+clamped at log N − 1/τ.
 
 Negatives (``negatives``, as :func:`contrastlab.losses.info_nce`):
     * ``None`` — in-batch, one direction: anchor i's negatives are the other rows' positives p_j
