@@ -135,3 +135,29 @@ def test_bad_hyperparameters_raise_named_errors(kw, error, message):
             hard_negative_info_nce(a, p, gather=gather, **kw)
     with pytest.raises(error, match=message):
         HardNegativeInfoNCELoss(**kw)
+
+
+@pytest.mark.parametrize(("beta", "tiles"), [(0.0, False), (1.0, True)])
+def test_dense_logits_beyond_the_budget_are_tiled(monkeypatch, beta, tiles):
+    # The kept dense logits and their gradient of N = 16 float64 rows take 2·16·16·8 = 4,096 bytes per
+    # sweep (tiled.dense_bytes). With a budget of 4,096 bytes β = 0 (one sweep) stays dense; β > 0 (two
+    # sweeps, half the budget each) is tiled: no N × N buffer beyond the budget, whatever N is.
+    from contrastlab.losses import tiled
+
+    calls = {"dense": 0, "tiled": 0}
+    dense, tiled_lse = tiled.dense_row_lse, tiled.tiled_lse
+
+    def count(kind, fn):
+        def wrapped(*args, **kwargs):
+            calls[kind] += 1
+            return fn(*args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(tiled, "DENSE_MEMORY_BUDGET_BYTES", 4096)
+    monkeypatch.setattr(tiled, "dense_row_lse", count("dense", dense))
+    monkeypatch.setattr(tiled, "tiled_lse", count("tiled", tiled_lse))
+    a, p, _ = _data("in-batch", 16, seed=30)
+    loss = hard_negative_info_nce(a.requires_grad_(), p, beta=beta)
+    loss.backward()
+    assert (calls["tiled"] > 0, calls["dense"] > 0) == (tiles, not tiles), calls
