@@ -62,7 +62,7 @@ def _corpus_pairs(n: int) -> list[tuple[str, str]]:
     """
     from contrastlab.data.code_corpus import CODE_SOURCES, CodeCorpusConfig, build_code_corpus
 
-    for cfg in (CodeCorpusConfig(), CodeCorpusConfig(sources=CODE_SOURCES, include_private=True)):
+    for cfg in (CodeCorpusConfig(), CodeCorpusConfig(sources=tuple(CODE_SOURCES), include_private=True)):
         seen: set[str] = set()
         rows: list[tuple[str, str]] = []
         for p in build_code_corpus(cfg).pairs:
@@ -178,11 +178,19 @@ def part_audit(args: argparse.Namespace) -> None:
     from contrastlab.audit.run import audit
 
     model = _load(args.max_seq_length)
-    rows = _corpus_pairs(args.audit_pairs)
+    cached = Path(args.pairs_file) if args.pairs_file else None
+    if cached is not None and cached.is_file():
+        rows = [tuple(json.loads(line)) for line in cached.read_text(encoding="utf-8").splitlines()][: args.audit_pairs]
+    else:
+        rows = _corpus_pairs(args.audit_pairs)
     texts = [t for pair in rows for t in pair]
     with tempfile.TemporaryDirectory() as tmp:
         pairs_file = Path(tmp) / "pairs.jsonl"
         pairs_file.write_text("".join(json.dumps(list(r)) + "\n" for r in rows), encoding="utf-8")
+        if cached is not None and not cached.is_file():
+            cached.write_text(pairs_file.read_text(encoding="utf-8"), encoding="utf-8")
+        if args.build_only:
+            return
         cfg = AuditConfig(
             model="minilm",
             pairs=str(pairs_file),
@@ -226,6 +234,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="step: timed steps per trainer run")
     parser.add_argument("--temperature", type=float, default=0.05, help="step: τ (MNRL scale = 1/τ)")
     parser.add_argument("--audit-pairs", type=int, default=10_000, help="audit: pairs (2 texts each)")
+    parser.add_argument("--pairs-file", help="audit: a JSONL of the pairs, written on the first run, read after")
+    parser.add_argument("--build-only", action="store_true", help="audit: write --pairs-file and stop")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     set_threads(args.threads)
