@@ -156,7 +156,7 @@ def _finetune_task(config: Config, loss_name: str, seed: int, run_dir: str) -> d
     if record.get("key") != key or not (folder / "model").is_dir():
         record = _finetune(config, loss_name, seed, folder)
         write_json_atomic(folder / TRAIN_RECORD, {**record, "key": key})  # last: marks a complete model
-    result = _audit_task(config, str(folder / "model"), str(folder / "audit"))
+    result = _audit_task(config, str((folder / "model").resolve()), str(folder / "audit"))  # one name per model
     return {**result, "train": record}
 
 
