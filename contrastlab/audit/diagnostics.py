@@ -70,11 +70,13 @@ class RetrievalResult:
         metrics: name → mean with its 95% t-interval over queries.
         correct_top1: ``(Q,)`` 0/1, the pair's document ranked first.
         top1_score: ``(Q,)`` the cosine of the first-ranked document.
+        per_query: name → ``(Q,)`` the metric of each query (what ``metrics`` averages).
     """
 
     metrics: dict[str, MeanCI]
     correct_top1: np.ndarray
     top1_score: np.ndarray
+    per_query: dict[str, np.ndarray]
 
 
 def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int, ...]) -> RetrievalResult:
@@ -102,6 +104,7 @@ def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int
         metrics={name: mean_ci(v.tolist()) for name, v in per.items()},
         correct_top1=hits[:, 0].astype(np.float64),
         top1_score=res.scores[:, 0].astype(np.float64),
+        per_query=per,
     )
 
 

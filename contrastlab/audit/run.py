@@ -277,6 +277,10 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
         "figures": [],
         "model": model_desc,
         "pairs": pairs.provenance,
+        "per_query": {  # for paired comparisons of models on the same queries
+            "pair_index": ev,
+            **{k: v for k, v in ret.per_query.items() if k == "recall@1" or k.startswith("mrr@")},
+        },
         "risk_curve": risk,
         "temperature_curve": curve,
         "timing": {"encode_s": encode_s, "texts": n_texts, "diagnostics_s": diagnostics_s},

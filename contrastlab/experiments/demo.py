@@ -12,9 +12,11 @@ trained, and the ground truth φ* = g⁻¹ — on the held-out InfoNCE loss, ali
 (Wang & Isola 2020), top-1 retrieval of each anchor's positive among all held-out positives, and the
 linear R² of the true latents. The k-gap plot (Whiteley Props. 1–2) of the trained encoder follows.
 
-Part 2 (the papers). Each experiment in ``papers`` runs with its ``--quick`` setting, two at a time
-on separate processes (one thread each), into ``out_dir/<name>``. ``out_dir/report`` then holds
-``report.md`` and a self-contained ``report.html`` over the audit and every paper run.
+Part 2 (the papers, and a real model on real text). Each experiment in ``papers`` runs with its
+``--quick`` setting, two at a time on separate processes (one thread each), into ``out_dir/<name>``;
+``text-finetune`` among them audits the bundled all-MiniLM-L6-v2 on the docstring corpus, fine-tunes it
+briefly with InfoNCE and audits it again. ``out_dir/report`` then holds ``report.md`` and a
+self-contained ``report.html`` over the audit and every paper run.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from contrastlab.worlds.mixing import make_mixing
 PAPERS: tuple[str, ...] = (
     # the longest first, so that the two workers finish together
     "augmentation-diversity",  # Zaliaduonis et al. §4.3: augmentation regimes × encoder architectures
+    "text-finetune",  # a real model on real text: audit all-MiniLM-L6-v2, fine-tune it, audit it again
     "identifiability-table",  # Zaliaduonis et al. Table 1: diversity holds / violated / corrected / inverse
     "constraint-ratio",  # the support-corrected loss as a function of the constraint ratio ρ
     "norms-vs-uncertainty",  # Su, Ren & Veitch: norms against (blended-digit / CIFAR-10H) human uncertainty

