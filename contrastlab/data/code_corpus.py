@@ -114,7 +114,7 @@ class CodeCorpusConfig:
     """prefix of the hashed qualified name; changing it redraws the splits"""
 
     def __post_init__(self) -> None:
-        if isinstance(self.sources, str) or not self.sources:
+        if not isinstance(self.sources, (tuple, list)) or not self.sources:
             raise ValueError(f"sources must be a non-empty tuple of names, got {self.sources!r}")
         unknown = [s for s in self.sources if s not in CODE_SOURCES]
         if unknown:

@@ -109,6 +109,8 @@ def test_a_hand_made_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 def test_config_validation() -> None:
     with pytest.raises(ValueError, match="^sources: unknown source"):
         cc.CodeCorpusConfig(sources=("nope",))
+    with pytest.raises(ValueError, match="^sources must be a non-empty tuple"):
+        cc.CodeCorpusConfig(sources=cc.CODE_SOURCES)  # type: ignore[arg-type]  # a dict of names, not a tuple
     with pytest.raises(ValueError, match="^test_fraction must be"):
         cc.CodeCorpusConfig(test_fraction=1.5)
     with pytest.raises(ValueError, match="^test_fraction \\+ valid_fraction"):
