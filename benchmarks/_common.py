@@ -52,18 +52,28 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
-def time_once(fn: Callable[[], object]) -> float:
-    """Wall time of one call, in seconds."""
-    t0 = time.perf_counter()
+#: The clocks a benchmark can time with: wall time, or the process's CPU time summed over its threads.
+#: On a machine shared with other jobs the CPU time is the steadier measure of the work done (run
+#: with ``OMP_WAIT_POLICY=PASSIVE`` so that threads waiting at a barrier sleep instead of spinning).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_once(fn: Callable[[], object], clock: str = "wall") -> float:
+    """Time of one call on ``clock`` (a key of :data:`CLOCKS`), in seconds."""
+    now = CLOCKS[clock]
+    t0 = now()
     fn()
-    return time.perf_counter() - t0
+    return now() - t0
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, clock: str = "wall"
+) -> dict[str, list[float]]:
     """Time every function ``repeats`` times, interleaved (A B C A B C …), after ``warmup`` rounds.
 
     Interleaving spreads the load of a shared machine evenly over the competitors; callers report
-    the median of the returned times and their spread.
+    the median of the returned times and their spread, or the median of per-round ratios
+    (:func:`paired_ratio`).
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -71,7 +81,7 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warm
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(time_once(fn))
+            times[name].append(time_once(fn, clock))
     return times
 
 

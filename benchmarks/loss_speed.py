@@ -45,7 +45,7 @@ def small_row(n: int, args: argparse.Namespace) -> list[str]:
         if impl not in slow:
             fns[impl] = C.make_step(impl, a, p, args.block)
     repeats = args.repeats or REPEATS.get(n, 3)
-    times = C.interleaved_medians(fns, repeats, warmup=1)
+    times = C.interleaved_medians(fns, repeats, warmup=1, clock=args.clock)
     for impl in slow:
         times[impl] = C.interleaved_medians({impl: C.make_step(impl, a, p)}, 2, warmup=0)[impl]
     limit = C.median(times["limit"]) * scale
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="batch sizes N")
     ap.add_argument("--dim", type=int, default=D, help="embedding dimension D")
+    ap.add_argument(
+        "--clock", choices=tuple(C.CLOCKS), default="wall", help="wall time, or process CPU time (a shared machine)"
+    )
     ap.add_argument("--threads", type=int, default=C.DEFAULT_THREADS, help="torch intra-op threads")
     ap.add_argument("--repeats", type=int, default=None, help="repeats per size (default: by size)")
     ap.add_argument("--block", type=int, default=None, help="tile side of the tiled kernel (default: library's)")
@@ -126,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(small_row(n, args))
         print(f"  N = {n:,} done ({time.perf_counter() - t_start:.0f} s elapsed)", file=sys.stderr, flush=True)
     C.print_table(
-        f"Forward + backward, in-batch InfoNCE, D = {args.dim}, {args.threads} threads: median time "
+        f"Forward + backward, in-batch InfoNCE, D = {args.dim}, {args.threads} threads: median {args.clock} time "
         "(ratio to the matmul limit)",
         cols,
         rows,

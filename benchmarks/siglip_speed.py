@@ -91,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=int, nargs="+", default=[1024, 4096])
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=0, help="timed rounds per size (0: 15 / 7 / 3 by size)")
+    ap.add_argument(
+        "--clock", choices=tuple(C.CLOCKS), default="wall", help="wall time, or process CPU time (a shared machine)"
+    )
     ap.add_argument("--threads", type=int, default=C.DEFAULT_THREADS)
     ap.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     args = ap.parse_args(argv)
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             if step is not None:
                 fns[impl] = step
         repeats = args.repeats or REPEATS.get(n, 3)
-        times = C.interleaved_medians(fns, repeats, warmup=1)
+        times = C.interleaved_medians(fns, repeats, warmup=1, clock=args.clock)
         limit = C.median(times["limit"]) * scale
         row = [f"{n:,}", C.fmt_time(limit)]
         for impl in args.impls:
@@ -118,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         row.append(f"±{noise / 2:.0%} ({repeats} runs)")
         rows.append(row)
     C.print_table(
-        f"SigLIP forward + backward, D = {args.dim}, {args.threads} threads, float32 — {C.machine()} "
+        f"SigLIP forward + backward, D = {args.dim}, {args.threads} threads, {args.clock} time, float32 — {C.machine()} "
         "(ratio to the matmul limit)",
         ["N", "matmul limit", *args.impls, "noise"],
         rows,

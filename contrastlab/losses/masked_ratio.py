@@ -39,8 +39,9 @@ __all__ = ["masked_log_ratio"]
 # Rows per block: the sweep holds up to three blocks (E, its positive part, the scaled weights), each of
 # about 8 MiB, so that together they stay in cache.
 _BLOCK_BYTES = 1 << 23
-# A mask with at most one entry in this many set is handled as a list of entries (gathered and scattered
-# per block) rather than by a masked copy of every block: a few duplicates per row cost O(nnz), not O(N·M).
+# A mask with at most one entry in this many set (counted in 8-column words, see _mask_entries) is handled
+# as a list of entries, gathered and scattered per block, rather than by a masked copy of every block: a few
+# duplicates per row then cost O(nnz) per block, not O(N·M).
 _SPARSE_FRACTION = 16
 # A row sum below this (relative to the shift) means an empty set or an overshooting shift: no result.
 _MIN_ROW_SUM = 1e-20
@@ -48,6 +49,32 @@ _MIN_ROW_SUM = 1e-20
 
 class _RowSumUnderflow(Exception):
     """A row's numerator or denominator sum fell below ``_MIN_ROW_SUM`` (see the module docstring)."""
+
+
+def _mask_entries(mask: Tensor, col_offset: int) -> tuple[Tensor, Tensor] | None:
+    """The extra positives as (rows, columns), row-major, own positives left out; ``None`` if the mask is dense.
+
+    ``nonzero`` of an N × M bool tensor takes several passes over N·M bytes; the mask is read instead as
+    8-byte words (8 columns each), only the nonzero words are expanded into their columns. A mask with
+    more than one nonzero word in ``8 · _SPARSE_FRACTION`` is dense here: ``None``.
+    """
+    n, m_cols = mask.shape
+    if m_cols % 8 or not mask.is_contiguous():
+        idx = mask.nonzero()
+        if idx.shape[0] > mask.numel() // _SPARSE_FRACTION:
+            return None
+        rows, cols = idx[:, 0], idx[:, 1]
+    else:
+        words = mask.view(torch.int64)  # (N, M / 8): a word is nonzero iff one of its 8 entries is set
+        nzw = words.nonzero()  # (W, 2): row, word
+        if nzw.shape[0] * 8 > mask.numel() // _SPARSE_FRACTION:
+            return None
+        first = nzw[:, 1] * 8  # (W,): the first column of each word
+        cells = mask[nzw[:, 0, None], first[:, None] + torch.arange(8, device=mask.device)]  # (W, 8) bool
+        sub = cells.nonzero()  # (nnz, 2): word, byte; row-major overall, as the words are
+        rows, cols = nzw[sub[:, 0], 0], first[sub[:, 0]] + sub[:, 1]
+    keep = cols != rows + col_offset
+    return rows[keep].contiguous(), cols[keep].contiguous()
 
 
 def _sweep(
@@ -80,14 +107,11 @@ def _sweep(
     if weights is not None:
         w_max = weights.amax(dim=1)
         w_inv = torch.where(w_max > 0, w_max, torch.ones_like(w_max)).reciprocal().unsqueeze(1)
-    sparse: tuple[Tensor, Tensor] | None = None
+    sparse = None if mask is None else _mask_entries(mask, col_offset)
     sparse_bounds: list[int] = []
-    if mask is not None and int(mask.count_nonzero()) <= mask.numel() // _SPARSE_FRACTION:
-        idx = mask.nonzero()  # (nnz, 2), row-major: the extra positives as entries (the own ones left out)
-        idx = idx[idx[:, 1] != idx[:, 0] + col_offset]
-        sparse = (idx[:, 0], idx[:, 1])
+    if sparse is not None:
         starts = torch.arange(0, n + rows, rows, device=q.device).clamp_(max=n)
-        sparse_bounds = torch.searchsorted(idx[:, 0].contiguous(), starts).tolist()
+        sparse_bounds = torch.searchsorted(sparse[0], starts).tolist()
     pbuf = q.new_empty(block * m_cols) if mask is not None and sparse is None else None
     zero = q.new_zeros(())
     loss = q.new_empty(n)

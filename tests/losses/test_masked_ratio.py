@@ -10,7 +10,7 @@ negative makes the kernel hand back to the general path.
 import pytest
 import torch
 
-from contrastlab.losses import info_nce, tiled
+from contrastlab.losses import info_nce, masked_ratio, tiled
 from contrastlab.losses.masked_ratio import masked_log_ratio
 
 TAU = 0.3
@@ -74,3 +74,21 @@ def test_a_row_without_negative_hands_back_to_the_general_path():
     assert masked_log_ratio(q, k, positive_mask=mask, weights=None, dcl=True, diagonal=(q * k).sum(1)) is None
     with pytest.raises(ValueError, match="^positive_mask"):
         info_nce(a, p, temperature=TAU, variant="dcl", positive_mask=mask)
+
+
+@pytest.mark.parametrize("variant", ["infonce", "dcl"])
+def test_duplicates_as_a_list_of_entries_read_by_words(variant):
+    """N = 160, rows 2i and 2i + 1 duplicates: the mask's 8-column words are few enough for the entry list."""
+    a, p, _, _ = _data(160, seed=8)
+    label = torch.arange(160) // 2
+    mask = label[:, None] == label[None, :]
+    rows, cols = masked_ratio._mask_entries(mask, 0)
+    assert torch.equal(cols, rows ^ 1)  # exactly the duplicates, own positives left out
+    grads = []
+    for reduction in ("mean", "none"):
+        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = info_nce(x, y, temperature=TAU, variant=variant, reduction=reduction, positive_mask=mask).mean()
+        loss.backward()
+        grads.append((loss.detach(), x.grad, y.grad))
+    for got, want in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
