@@ -52,18 +52,28 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
-def time_once(fn: Callable[[], object]) -> float:
-    """Wall time of one call, in seconds."""
-    t0 = time.perf_counter()
+#: The clocks a benchmark can time with: wall time, or the process's CPU time summed over its threads.
+#: On a machine shared with other jobs the CPU time is the steadier measure of the work done (run
+#: with ``OMP_WAIT_POLICY=PASSIVE`` so that threads waiting at a barrier sleep instead of spinning).
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def time_once(fn: Callable[[], object], clock: str = "wall") -> float:
+    """Time of one call on ``clock`` (a key of :data:`CLOCKS`), in seconds."""
+    now = CLOCKS[clock]
+    t0 = now()
     fn()
-    return time.perf_counter() - t0
+    return now() - t0
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1) -> dict[str, list[float]]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], object]], repeats: int, warmup: int = 1, clock: str = "wall"
+) -> dict[str, list[float]]:
     """Time every function ``repeats`` times, interleaved (A B C A B C …), after ``warmup`` rounds.
 
     Interleaving spreads the load of a shared machine evenly over the competitors; callers report
-    the median of the returned times and their spread.
+    the median of the returned times and their spread, or the median of per-round ratios
+    (:func:`paired_ratio`).
     """
     for _ in range(warmup):
         for fn in fns.values():
@@ -71,13 +81,23 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], repeats: int, warm
     times: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
-            times[name].append(time_once(fn))
+            times[name].append(time_once(fn, clock))
     return times
 
 
 def median(xs: Sequence[float]) -> float:
     """The median of ``xs``."""
     return statistics.median(xs)
+
+
+def paired_ratio(times: dict[str, list[float]], name: str, ref: str) -> float:
+    """Median over rounds of ``time[name] / time[ref]`` from :func:`interleaved_medians`.
+
+    Each round times every function once, back to back, so the two times of a round saw nearly the
+    same machine load; the median of the per-round ratios is steadier on a shared machine than the
+    ratio of the two medians.
+    """
+    return statistics.median(t / r for t, r in zip(times[name], times[ref], strict=True))
 
 
 def spread(xs: Sequence[float]) -> float:
@@ -88,6 +108,17 @@ def spread(xs: Sequence[float]) -> float:
 
 def matmul_limit_fn(n: int, d: int, m: int | None = None, *, seed: int = 0) -> tuple[Callable[[], None], float]:
     """A function doing the three GEMMs of an exact forward + backward at size (N, M, D), and its scale.
+
+    The three GEMMs are ``S = Q Kᵀ`` (N × M), ``∂Q = G K`` (N × D) and ``∂K = Gᵀ Q`` (M × D), written with
+    ``torch.mm(..., out=)`` into buffers allocated once here and reused by every call: a fresh N × M
+    output per call would add its page faults (about a quarter of a GEMM at N = 4,096 on the benchmark
+    machine) and make the limit slower than what a kernel that reuses its memory can reach. Every
+    loss's layout maps onto ``(N, M)``: in-batch InfoNCE, SigLIP and masked InfoNCE are ``(N, N)``;
+    SimCLR's NT-Xent and WEINCE over 2N views are ``(2N, 2N)`` (``∂Z = G Z + Gᵀ Z`` is the same two
+    GEMMs). A kernel that never holds S (streamed or tiled) still has to do these flops, so the limit
+    is the same for every path; a tiled backward that recomputes S does a fourth GEMM. Callers time
+    ``fn`` interleaved with the losses in the same process, after a warm-up call
+    (:func:`interleaved_medians`).
 
     Returns ``(fn, scale)``: the limit is ``scale × time(fn)``. Up to ``2**27`` logits the three GEMMs
     are done at full size (``fn`` is the whole limit, ``scale = 1``). Beyond, the full N × M matrix does
@@ -190,6 +221,7 @@ TEMPERATURE = 0.1
 MAX_N = {
     "contrastlab dense": 1 << 30,
     "contrastlab tiled": 1 << 30,
+    "contrastlab masked": 16384,
     "plain PyTorch": 16384,
     "info-nce-pytorch": 16384,
     "PML NTXentLoss": 256,
@@ -208,7 +240,10 @@ def make_inputs(n: int, d: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tens
 
 
 def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = None) -> Callable[[], None]:
-    """One forward + backward of in-batch InfoNCE (cosine similarity, τ = 0.1) by ``impl``."""
+    """One forward + backward of in-batch InfoNCE (cosine similarity, τ = 0.1) by ``impl``.
+
+    ``"contrastlab masked"`` is the same loss with ``positive_mask`` marking one duplicate per anchor.
+    """
     import torch.nn.functional as F  # noqa: N812
 
     from contrastlab.losses import info_nce, tiled
@@ -234,6 +269,14 @@ def make_step(impl: str, a: torch.Tensor, p: torch.Tensor, block: int | None = N
 
         def loss() -> torch.Tensor:
             return info_nce(a, p, temperature=TEMPERATURE, chunk_size=chunk)
+    elif impl == "contrastlab masked":
+        # Every anchor has one duplicate in the batch (rows 2i and 2i + 1 share a label), marked as an
+        # extra positive: InfoNCE with multiple positives, the "sum inside the log" (Khosla et al. 2020).
+        label = torch.arange(n) // 2
+        mask = label[:, None] == label[None, :]  # (N, N) bool
+
+        def loss() -> torch.Tensor:
+            return info_nce(a, p, temperature=TEMPERATURE, positive_mask=mask)
     elif impl == "plain PyTorch":
 
         def loss() -> torch.Tensor:

@@ -46,6 +46,7 @@ from contrastlab.losses._common import (
     gather_rows,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.masked_ratio import masked_log_ratio
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
 
@@ -102,6 +103,21 @@ def _check_extras(
         check_same_device(anchor=anchor, **{name: value})
 
 
+def _check_extra_shapes(positive_mask: Tensor | None, weights: Tensor | None, n: int, m: int) -> int:
+    """``positive_mask`` and ``weights`` must be ``(n, m)``: this rank's anchors × every rank's candidates.
+
+    Raises:
+        ValueError: a shape differs.
+    """
+    for name, value in (("positive_mask", positive_mask), ("weights", weights)):
+        if value is not None and tuple(value.shape) != (n, m):
+            raise ValueError(
+                f"{name} must have shape ({n}, {m}) (this rank's anchors × the candidates of every rank), "
+                f"got {tuple(value.shape)}"
+            )
+    return 0
+
+
 def _extra_biases(
     positive_mask: Tensor | None,
     weights: Tensor | None,
@@ -122,12 +138,7 @@ def _extra_biases(
         ValueError: wrong shapes, an anchor without a positive of nonzero weight, or (DCL) without a
             negative of nonzero weight.
     """
-    for name, value in (("positive_mask", positive_mask), ("weights", weights)):
-        if value is not None and tuple(value.shape) != (n, m):
-            raise ValueError(
-                f"{name} must have shape ({n}, {m}) (this rank's anchors × the candidates of every rank), "
-                f"got {tuple(value.shape)}"
-            )
+    _check_extra_shapes(positive_mask, weights, n, m)
     device = (positive_mask if positive_mask is not None else weights).device  # type: ignore[union-attr]
     log_w = torch.zeros(n, m, dtype=dtype, device=device) if weights is None else weights.detach().to(dtype).log()
     pmask = torch.zeros(n, m, dtype=torch.bool, device=device) if positive_mask is None else positive_mask.clone()
@@ -195,7 +206,10 @@ def info_nce(
             N × K logits while they and their gradient fit
             :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES` (1 GiB); beyond either, the
             tiled kernel. An int forces the tiled kernel with that tile side (memory
-            O((N + K)·D + chunk_size²), any value ≥ 1). All paths give the same numbers.
+            O((N + K)·D + chunk_size²), any value ≥ 1); for a mean or sum of in-batch InfoNCE / DCL
+            its tiles are full-width stripes of ``chunk_size² / N`` rows when those hold at least 64
+            rows (:func:`contrastlab.losses.tiled.stripe_rows`: the same memory, one GEMM fewer). All
+            paths give the same numbers.
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
             negatives stay local). The result is this rank's share of the global loss
@@ -252,18 +266,29 @@ def info_nce(
         raise ValueError("anchor: variant='dcl' with in-batch negatives needs N >= 2 (N = 1 has no negatives)")
     dtype, inv_t, chunk = checked["dtype"], checked["inv_t"], checked["chunk_size"]
     extra: dict[str, Tensor] = {}
-    if positive_mask is not None or weights is not None:  # every rank passes them alike
+    masked = positive_mask is not None or weights is not None  # every rank passes them alike
+    if masked:
         if negatives is None:
             m_global, own = n_global, sum(sizes[: cd.rank()]) if gather else 0
         else:
             m_global = sum(cd.all_sizes(negatives.shape[0], anchor.device)) if gather else negatives.shape[0]
             own = None
+        n_rows = anchor.shape[0]
+        cd.agree(
+            lambda: _check_extra_shapes(positive_mask, weights, n_rows, m_global), gather=gather, device=anchor.device
+        )
+
+    def make_extras() -> None:
+        """The row-normalised log-weights of the two weighted sweeps (the general masked path)."""
 
         def check_extras() -> int:
             extra.update(_extra_biases(positive_mask, weights, anchor.shape[0], m_global, own, variant, dtype))
             return 0
 
         cd.agree(check_extras, gather=gather, device=anchor.device)
+
+    if masked and negatives is not None:
+        make_extras()
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
@@ -280,9 +305,20 @@ def info_nce(
     if negatives is None:
         exclude = variant == "dcl"  # DCL leaves anchor i's own positive (column offset + i) out
         k_all, offset = gather_rows(k, gather)  # (N, D): every rank's positives; (k, 0) in one process
-        if extra:  # per-candidate weights and extra positives: two weighted sweeps, P(i) and C(i)
+        ratio: Tensor | None = None
+        if masked:  # extra positives and per-candidate weights: one sweep when streamed, else two
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
+            if block is None and not keep:
+                ratio = masked_log_ratio(
+                    q, k_all, positive_mask=positive_mask, weights=weights, dcl=exclude, diagonal=pos, col_offset=offset
+                )
+                if gather and any(cd.agree(lambda: int(ratio is None), gather=gather, device=anchor.device)):
+                    ratio = None  # some rank needs the general path; every rank takes it
+        if ratio is not None:
+            loss = ratio
+        elif masked:  # the general path: two weighted sweeps, P(i) and C(i)
+            make_extras()
             den = _weighted_lse(q, k_all, extra["den_bias"], pos, offset, block, keep) + extra["den_shift"]
             if positive_mask is None:  # P(i) = {i}: the numerator is the weighted positive logit
                 num = pos + extra["own_log_weight"]
@@ -292,9 +328,16 @@ def info_nce(
         elif not symmetric:
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
-            if block is None:
+            stripe = None if block is None or keep else tiled.stripe_rows(block, k_all.shape[0])
+            if block is None or stripe is not None:  # dense, or tiles as full-width stripes of one tile each
                 lse = tiled.dense_row_lse(
-                    q, k_all, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
+                    q,
+                    k_all,
+                    exclude_diagonal=exclude,
+                    diagonal=pos,
+                    col_offset=offset,
+                    grad_ahead=not keep,
+                    rows=stripe,
                 )
             else:
                 lse = tiled.tiled_lse(q, k_all, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset)

@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "dense_bytes",
     "plan_chunk_size",
+    "stripe_rows",
     "check_chunk_size",
     "normalize_scale",
     "dense_row_lse",
@@ -141,6 +142,20 @@ def plan_chunk_size(
     if dense_bytes(n_rows, n_cols, itemsize) <= memory_budget_bytes:
         return None
     return DEFAULT_CHUNK_SIZE
+
+
+def stripe_rows(chunk_size: int, n_cols: int) -> int | None:
+    """Rows of a full-width stripe holding at most one ``chunk_size × chunk_size`` tile, or ``None``.
+
+    A tiled loss whose rows all get the same upstream gradient (a mean or a sum) runs the streamed
+    dense sweep (:func:`dense_row_lse` with ``grad_ahead``) in stripes of ``chunk_size² // M`` rows
+    instead of square tiles: the same memory bound (one tile), and three GEMMs instead of four, since
+    a stripe spans every column, so its softmax is final and the gradient is made while it is in cache
+    (square tiles must recompute S in the backward). ``None`` when the stripe would hold fewer than 64
+    rows (thin GEMMs, and ∂K re-read once per stripe): then the square tiles are used.
+    """
+    rows = chunk_size * chunk_size // max(1, n_cols)
+    return rows if rows >= _MIN_STREAM_ROWS else None
 
 
 def _check_offset(col_offset: object) -> int:
@@ -263,8 +278,10 @@ class _DenseRowLSE(torch.autograd.Function):
         col_offset: int = 0,
         grad_ahead: bool = False,
         bias: Tensor | None = None,
+        rows: int | None = None,
     ) -> Tensor:
-        rows = _dense_rows(q, k)
+        rows = _dense_rows(q, k) if rows is None else rows
+        ctx.rows = rows
         ctx.args = (exclude_diagonal, diagonal, col_offset, bias)
         ctx.grad_ahead = grad_ahead
         if grad_ahead:
@@ -280,23 +297,23 @@ class _DenseRowLSE(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None, None, None, None, None, None]:
         if ctx.grad_ahead:
             q, k, dq1, dk1 = ctx.saved_tensors
             if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
                 dq = dq1 * grad[0] if ctx.needs_input_grad[0] else None
                 dk = dk1 * grad[0] if ctx.needs_input_grad[1] else None
-                return dq, dk, None, None, None, None, None
+                return dq, dk, None, None, None, None, None, None
             exclude_diagonal, diagonal, col_offset, bias = ctx.args  # rows weighted unequally: recompute E
             e = q.new_empty(q.shape[0], k.shape[0])
-            rows = _dense_rows(q, k)
+            rows = ctx.rows
             _, row_sum = _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diagonal, e, col_offset, bias)
         else:
             q, k, e, row_sum = ctx.saved_tensors
         r = (grad / row_sum).unsqueeze(1)  # softmax = E / s, so g·softmax = diag(g/s) E
         dq = torch.mm(e, k).mul_(r) if ctx.needs_input_grad[0] else None
         dk = torch.mm(e.T, q * r) if ctx.needs_input_grad[1] else None
-        return dq, dk, None, None, None, None, None
+        return dq, dk, None, None, None, None, None, None
 
 
 def dense_row_lse(
@@ -308,6 +325,7 @@ def dense_row_lse(
     col_offset: int = 0,
     grad_ahead: bool = False,
     bias: Tensor | None = None,
+    rows: int | None = None,
 ) -> Tensor:
     """``logsumexp(Q Kᵀ + B, dim=1)``, optionally without the diagonal, with a two-GEMM backward.
 
@@ -337,17 +355,23 @@ def dense_row_lse(
     exponential: row i's sum becomes Σ_j exp(B_ij) exp(S_ij), per-candidate weights exp(B_ij) (−inf
     leaves a candidate out). Entries ≤ 0 keep the pre-chosen shift safe (see the module docstring).
 
+    ``rows`` sets the rows per block of the streamed sweep (default: blocks of about 16 MiB); a tiled
+    caller passes :func:`stripe_rows` so that a block holds no more than one of its tiles.
+
     Memory: one N × M buffer (``exp(S − c)``), kept for the backward; without a backward or with
-    ``grad_ahead``, one block of rows (about 16 MiB) plus O((N + M)·D) (plus ``bias``, the caller's).
+    ``grad_ahead``, one block of rows (about 16 MiB, or ``rows`` × M) plus O((N + M)·D) (plus ``bias``,
+    the caller's).
     """
     check_bool("grad_ahead", grad_ahead)
     col_offset = _check_offset(col_offset)
     diag = None if diagonal is None else diagonal.detach()
     b = None if bias is None else bias.detach()
+    if rows is not None:
+        rows = check_chunk_size(rows)
     if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):  # forward only: stream the rows
-        rows = _dense_rows(q, k)
+        rows = _dense_rows(q, k) if rows is None else rows
         return _rows_forward(q, k, rows, k.shape[0], exclude_diagonal, diag, col_offset=col_offset, bias=b)[0]
-    return _DenseRowLSE.apply(q, k, exclude_diagonal, diag, col_offset, grad_ahead, b)
+    return _DenseRowLSE.apply(q, k, exclude_diagonal, diag, col_offset, grad_ahead, b, rows)
 
 
 # ----------------------------------------------------------------------------------------------------

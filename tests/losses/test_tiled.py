@@ -468,3 +468,22 @@ def test_streamed_dense_memory_is_linear(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300)
     grown_kib = int(out.stdout.strip())
     assert grown_kib < 200 * 1024, f"peak RSS grew by {grown_kib / 1024:.0f} MiB"
+
+
+@pytest.mark.parametrize("variant", ["infonce", "dcl"])
+def test_stripes_equal_the_naive_loop_and_square_tiles(variant):
+    """A mean over tiles of side 96 at N = 130 runs as full-width stripes of 96² // 130 = 70 rows (≥ 64)."""
+    assert tiled.stripe_rows(96, 130) == 70 and tiled.stripe_rows(90, 130) is None
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(130, 6, generator=g, dtype=torch.float64)
+    p = a + 0.5 * torch.randn(130, 6, generator=g, dtype=torch.float64)
+    grads = []
+    for reduction in ("mean", "none"):  # "none" keeps unequal row gradients possible: square tiles
+        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = info_nce(x, y, temperature=0.2, variant=variant, reduction=reduction, chunk_size=96).mean()
+        loss.backward()
+        grads.append((loss.detach(), x.grad, y.grad))
+    ref = torch.tensor(info_nce_loop(a, p, None, 0.2, variant, False, True), dtype=torch.float64).mean()
+    torch.testing.assert_close(grads[0][0], ref, rtol=1e-10, atol=0)
+    for got, want in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)

@@ -1,0 +1,94 @@
+"""The one-sweep masked / weighted InfoNCE kernel: its gradients, made ahead or recomputed, and its fallback.
+
+The loss values of the kernel are checked against the naive loop in ``test_info_nce_masks.py`` (the
+no-backward and the mean paths take it); here, in float64: the gradient of a mean (made in the forward)
+equals the gradient of the same loss through the general path (``reduction="none"`` keeps the logits),
+the recomputed gradient for unequal upstream row gradients passes gradcheck, and a row without a
+negative makes the kernel hand back to the general path.
+"""
+
+import pytest
+import torch
+
+from contrastlab.losses import info_nce, masked_ratio, tiled
+from contrastlab.losses.masked_ratio import masked_log_ratio
+
+TAU = 0.3
+
+
+def _data(n: int, seed: int, density: float = 0.2):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    p = a + 0.7 * torch.randn(n, 6, generator=g, dtype=torch.float64)
+    mask = torch.rand(n, n, generator=g) < density
+    w = torch.rand(n, n, generator=g, dtype=torch.float64) * 3.0
+    w[torch.rand(n, n, generator=g) < 0.1] = 0.0
+    w.diagonal().clamp_(min=0.5)
+    return a, p, mask, w
+
+
+@pytest.mark.parametrize("density", [0.2, 0.03])  # a masked copy of each block; a list of entries
+@pytest.mark.parametrize("variant", ["infonce", "dcl"])
+@pytest.mark.parametrize("use", ["mask", "weights", "both"])
+def test_mean_gradient_equals_the_general_path(variant, use, density):
+    a, p, mask, w = _data(40, seed=5, density=density)
+    kw = {"positive_mask": mask if use != "weights" else None, "weights": w if use != "mask" else None}
+    grads = []
+    for reduction in ("mean", "none"):  # "none" + mean keeps the logits: the two-sweep general path
+        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = info_nce(x, y, temperature=TAU, variant=variant, reduction=reduction, **kw)
+        loss.mean().backward()
+        grads.append((float(loss.detach().mean()), x.grad, y.grad))
+    (l1, ga1, gp1), (l2, ga2, gp2) = grads
+    assert abs(l1 - l2) <= 1e-12 * abs(l2)
+    torch.testing.assert_close(ga1, ga2, rtol=1e-10, atol=1e-13)
+    torch.testing.assert_close(gp1, gp2, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("density", [0.3, 0.06])  # 0.06: one or two entries of 25, the list of entries
+@pytest.mark.parametrize("dcl", [False, True])
+@pytest.mark.parametrize("use", ["mask", "weights", "both"])
+def test_gradcheck_with_unequal_row_gradients(dcl, use, density):
+    a, p, mask, w = _data(5, seed=6, density=density)
+    mask = mask if use != "weights" else None
+    w = w if use != "mask" else None
+    if dcl and mask is not None:
+        mask[:, 0] = False  # keep a negative in every row
+    q = tiled.normalize_scale(a, 1 / TAU).detach().requires_grad_()
+    k = tiled.normalize_scale(p).detach().requires_grad_()
+
+    def fn(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        pos = (q * k).sum(dim=1)
+        out = masked_log_ratio(q, k, positive_mask=mask, weights=w, dcl=dcl, diagonal=pos)
+        assert out is not None
+        return out  # gradcheck sends one-hot upstream gradients: rows weighted unequally
+
+    assert torch.autograd.gradcheck(fn, (q, k), eps=1e-6, atol=1e-7)
+
+
+def test_a_row_without_negative_hands_back_to_the_general_path():
+    a, p, _, _ = _data(4, seed=7)
+    mask = torch.zeros(4, 4, dtype=torch.bool)
+    mask[2] = True  # row 2: every candidate a positive, so DCL has no negative left
+    q, k = tiled.normalize_scale(a, 1 / TAU), tiled.normalize_scale(p)
+    assert masked_log_ratio(q, k, positive_mask=mask, weights=None, dcl=True, diagonal=(q * k).sum(1)) is None
+    with pytest.raises(ValueError, match="^positive_mask"):
+        info_nce(a, p, temperature=TAU, variant="dcl", positive_mask=mask)
+
+
+@pytest.mark.parametrize("variant", ["infonce", "dcl"])
+def test_duplicates_as_a_list_of_entries_read_by_words(variant):
+    """N = 160, rows 2i and 2i + 1 duplicates: the mask's 8-column words are few enough for the entry list."""
+    a, p, _, _ = _data(160, seed=8)
+    label = torch.arange(160) // 2
+    mask = label[:, None] == label[None, :]
+    rows, cols = masked_ratio._mask_entries(mask, 0)
+    assert torch.equal(cols, rows ^ 1)  # exactly the duplicates, own positives left out
+    grads = []
+    for reduction in ("mean", "none"):
+        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
+        loss = info_nce(x, y, temperature=TAU, variant=variant, reduction=reduction, positive_mask=mask).mean()
+        loss.backward()
+        grads.append((loss.detach(), x.grad, y.grad))
+    for got, want in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
