@@ -16,13 +16,12 @@ function of the step, so resume is exact) and carry the texts as ``(N, L)`` code
 tokenises. ``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
 two texts as the positives of one another. A file's negative columns become ``"negatives"``, ``(N, K, L)``
 per-anchor hard negatives, which the job embeds with the anchors and positives; they need a loss that
-takes ``negatives`` (``info_nce``, ``dcl``, ``weince``).
+takes them as per-anchor negatives (``info_nce``, ``dcl``).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,7 +37,10 @@ if TYPE_CHECKING:
     from contrastlab.data.text_pairs import TextPairs
     from contrastlab.train.job import JobConfig
 
-__all__ = ["build_texts"]
+__all__ = ["build_texts", "NEGATIVE_LOSSES"]
+
+NEGATIVE_LOSSES = ("info_nce", "dcl")
+"""Losses that take a file's negative columns as per-anchor hard negatives ``(N, K, D)``."""
 
 
 @functools.lru_cache(maxsize=2)
@@ -86,19 +88,17 @@ def build_texts(config: JobConfig) -> DataSource:
     Raises:
         contrastlab.train.ConfigError: naming ``data.text.path`` (a missing or malformed pairs file, with its
             line) or ``data.batch_size`` (more than the training rows), or ``loss.name`` (negative columns
-            and a loss without negatives).
+            and a loss other than :data:`NEGATIVE_LOSSES`).
     """
-    from contrastlab.train.job import loss_registry
-
     train, held, provenance = _held_out(config)
     batch_size = config.data.batch_size
     if batch_size > len(train):
         raise ConfigError(f"data.batch_size ({batch_size}) exceeds the {len(train)} training pairs of {train.name}")
     k = train.num_negatives
-    if k and "negatives" not in inspect.signature(loss_registry()[config.loss.name]).parameters:
+    if k and config.loss.name not in NEGATIVE_LOSSES:
         raise ConfigError(
-            f"loss.name {config.loss.name!r} takes no negatives, but data.text.path has {k} negative column(s); "
-            "use info_nce, dcl or weince, or drop the columns"
+            f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
+            f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
         )
     sampler = EpochSampler(len(train), batch_size, seed=config.train.seed)
 

@@ -28,6 +28,7 @@ from contrastlab.train.job import (
     run_job,
 )
 from contrastlab.train.objective import embed
+from contrastlab.train.texts import NEGATIVE_LOSSES
 from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")
@@ -90,6 +91,20 @@ def test_every_loss_trains_a_text_encoder_or_is_refused_by_name(name: str, tmp_p
     loss.backward()
     assert loss.ndim == 0 and torch.isfinite(loss)
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", NEGATIVE_LOSSES)
+def test_negative_columns_reach_every_loss_that_takes_negatives(name: str, pairs_file: Path, bert: Path) -> None:
+    cfg = job(pairs_file, bert, name=name, temperature=0.5)
+    source = DATA_BUILDERS["text"](cfg)
+    torch.manual_seed(0)
+    model = build_encoder(cfg, source)
+    batch = source.batch_at(0)
+    loss = make_loss_fn(cfg)(model, batch)
+    loss.backward()
+    assert torch.isfinite(loss) and batch["negatives"].shape[:2] == (4, 1)
+    without = make_loss_fn(cfg)(model, {k: v for k, v in batch.items() if k != "negatives"})
+    assert float(loss) != float(without)  # the negatives entered the loss
 
 
 def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
