@@ -15,7 +15,8 @@ contrastlab module                columns → loss
 ``WEINCELoss``                    (anchor, positive): SimCLR's 2N views (Erol et al. 2026).
 ``SupConLoss``                    any columns; rows share the class ``labels[i]`` if the dataset has a
                                   ``label`` column, else each row is its own class (its texts are
-                                  positives of one another; Khosla et al. 2020).
+                                  positives of one another; Khosla et al. 2020; with ``gather=True`` the
+                                  row classes are numbered across ranks).
 ``SupportCorrectedInfoNCELoss``   (anchor, positive, negative_1 … negative_h): the hard negatives of row
                                   i are its own per-anchor negatives, ``(N, h, D)`` (Zaliaduonis et al.
                                   2026, eq. 8).
@@ -48,6 +49,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from contrastlab import distributed as cd
 from contrastlab.losses import InfoNCELoss, NTXentLoss, SupConLoss, SupportCorrectedInfoNCELoss, WEINCELoss, info_nce
 
 __all__ = ["ContrastlabLoss", "SUPPORTED_LOSSES", "embed_columns"]
@@ -158,8 +160,11 @@ class ContrastlabLoss(nn.Module):
     @staticmethod
     def _supcon(loss: SupConLoss, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         n = embeddings[0].shape[0]
-        if labels is None:
-            row_class = torch.arange(n, device=embeddings[0].device)
+        if labels is None:  # each row its own class, numbered globally when the loss gathers across ranks
+            offset = 0
+            if loss.gather and cd.world_size() > 1:
+                offset = sum(cd.all_sizes(n, embeddings[0].device)[: cd.rank()])
+            row_class = torch.arange(offset, offset + n, device=embeddings[0].device)
         else:
             row_class = torch.as_tensor(labels, device=embeddings[0].device)
             if row_class.shape != (n,) or row_class.is_floating_point():

@@ -5,9 +5,12 @@ registry (a plain dict), plus the negatives, the training loop (:class:`~contras
 and the evaluation:
 
 * ``data.name`` — :data:`~contrastlab.train.sources.DATA_BUILDERS` (the synthetic ``sphere`` and
-  ``concepts`` worlds and every image dataset of :data:`contrastlab.data.registry.DATASETS`);
-* ``encoder.name`` — ``"mlp"`` (:class:`~contrastlab.models.MLP` on the flattened input) or an image
-  encoder of :data:`contrastlab.models.registry.ENCODERS`;
+  ``concepts`` worlds, stored feature ``pairs``, every image dataset of
+  :data:`contrastlab.data.registry.DATASETS`, and ``text`` pairs);
+* ``encoder.name`` — ``"mlp"`` (:class:`~contrastlab.models.MLP` on the flattened input), an image
+  encoder of :data:`contrastlab.models.registry.ENCODERS`, or a text encoder of
+  :data:`contrastlab.models.text.TEXT_ENCODERS` (the bundled MiniLM, a local sentence-transformers or
+  Hugging Face folder);
 * ``loss.name`` — the loss registry of :mod:`contrastlab.losses`, called through its signature
   (:func:`call_loss`);
 * ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data).
@@ -36,6 +39,7 @@ from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
 __all__ = [
     "DataConfig",
     "ConceptsConfig",
+    "TextDataConfig",
     "ViewsConfig",
     "EncoderConfig",
     "LossConfig",
@@ -88,12 +92,35 @@ class ConceptsConfig:
 
 
 @dataclass(frozen=True)
+class TextDataConfig:
+    """Text pairs (``data.name: text``): a pairs file, or the docstring code corpus."""
+
+    path: str | None = None
+    """a .tsv/.csv/.jsonl file of (anchor, positive[, negative…]) rows or a folder written by
+    datasets' save_to_disk (None: the docstring code corpus of the installed Python)"""
+    header: bool = False
+    """the first line of a .tsv/.csv file names the columns"""
+    split: str | None = None
+    """the split of a saved DatasetDict"""
+    sources: tuple[str, ...] = ("stdlib",)
+    """code corpus: where its docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        from contrastlab.data.code_corpus import CODE_SOURCES
+
+        unknown = [s for s in self.sources if s not in CODE_SOURCES]
+        if not self.sources or unknown or len(set(self.sources)) != len(self.sources):
+            raise ConfigError(f"sources must be distinct names of {', '.join(CODE_SOURCES)}, got {list(self.sources)}")
+
+
+@dataclass(frozen=True)
 class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, digits, cifar10, cifar100,
-    cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, text, digits, cifar10,
+    cifar100, cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
     mixing: str = "identity"
@@ -110,6 +137,8 @@ class DataConfig:
     """image datasets: train on the first this many training images (0: all)"""
     concepts: ConceptsConfig = field(default_factory=ConceptsConfig)
     """concepts: the concept world"""
+    text: TextDataConfig = field(default_factory=TextDataConfig)
+    """text: the pairs file or the code corpus"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -158,8 +187,9 @@ class EncoderConfig:
     """The encoder φ (and an optional projection head)."""
 
     name: str = "mlp"
-    """mlp (an MLP on the flattened input) or an image encoder of contrastlab.models.registry.ENCODERS
-    (cnn, resnet18, vit)"""
+    """mlp (an MLP on the flattened input), an image encoder of contrastlab.models.registry.ENCODERS
+    (cnn, resnet18, vit), or a text encoder of contrastlab.models.text.TEXT_ENCODERS (minilm: the bundled
+    all-MiniLM-L6-v2; sentence_transformers: the local model folder `path`)"""
     hidden: tuple[int, ...] = (128, 128)
     """mlp: widths of the hidden layers"""
     out_dim: int = 10
@@ -172,17 +202,31 @@ class EncoderConfig:
     """image encoders: the architecture's width (None: contrastlab.models.registry.DEFAULT_WIDTHS)"""
     proj_dim: int = 0
     """output of a 2-layer projection head on the representation, as in SimCLR (0: no head)"""
+    path: str | None = None
+    """sentence_transformers: a local model folder, sentence-transformers (modules.json: its own pooling) or
+    Hugging Face transformers (config.json: mean pooling); nothing is downloaded"""
+    max_seq_length: int = 128
+    """text encoders: tokens per text (longer texts are truncated)"""
 
     def __post_init__(self) -> None:
         check_fields(self)
         if self.out_dim < 1 or any(h < 1 for h in self.hidden):
             raise ConfigError(f"hidden and out_dim must be positive, got hidden={self.hidden}, out_dim={self.out_dim}")
         from contrastlab.models.registry import ENCODERS
+        from contrastlab.models.text import TEXT_ENCODERS
 
-        if self.name != "mlp" and self.name not in ENCODERS:
+        if self.name != "mlp" and self.name not in ENCODERS and self.name not in TEXT_ENCODERS:
             raise ConfigError(
-                f"name {self.name!r} is not a registered encoder; {_known('encoders', {'mlp', *ENCODERS})}"
+                f"name {self.name!r} is not a registered encoder; "
+                f"{_known('encoders', {'mlp', *ENCODERS, *TEXT_ENCODERS})}"
             )
+        if (self.path is not None) != (self.name == "sentence_transformers"):
+            raise ConfigError(
+                f"path must name a local model folder for name='sentence_transformers' and be unset otherwise, "
+                f"got path={self.path!r} with name={self.name!r}"
+            )
+        if self.max_seq_length < 1:
+            raise ConfigError(f"max_seq_length must be >= 1, got {self.max_seq_length}")
         if self.width is not None and (self.width < 1 or self.name == "mlp"):
             raise ConfigError(
                 f"width applies to the image encoders and must be >= 1, got {self.width} with name={self.name!r} "
@@ -346,7 +390,15 @@ def check_job(config: JobConfig, source: DataSource) -> None:
         contrastlab.train.ConfigError: naming the field, e.g. an image encoder on vector data, a loss
             that needs labels on data without them, or fresh negatives from data that cannot draw them.
     """
+    from contrastlab.models.text import TEXT_ENCODERS
+
     data, enc = config.data, config.encoder
+    if (source.kind == "texts") != (enc.name in TEXT_ENCODERS):
+        wants = "text" if enc.name in TEXT_ENCODERS else "vector or image"
+        raise ConfigError(
+            f"encoder.name {enc.name!r} needs {wants} data; data.name {data.name!r} gives {source.kind} "
+            f"(text data takes {', '.join(sorted(TEXT_ENCODERS))})"
+        )
     if source.kind == "vectors" and enc.name != "mlp":
         raise ConfigError(
             f"encoder.name {enc.name!r} needs image data; data.name {data.name!r} gives vectors (use mlp)"
@@ -366,14 +418,29 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     """The encoder of ``config.encoder`` for the inputs of ``source`` (plus the projection head, if any).
 
     ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
-    flattened when it is an image; every other name is ``ENCODERS[name](C, H, out_dim, width)``.
+    flattened when it is an image; a text encoder is ``TEXT_ENCODERS[name](path, max_seq_length)``
+    (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
+    ``ENCODERS[name](C, H, out_dim, width)``.
+
+    Raises:
+        contrastlab.train.ConfigError: a text model that cannot be loaded (missing folder, not a model,
+            output not a 2-D embedding) or whose dimension is not ``encoder.out_dim``.
     """
     from contrastlab.models import MLP, ContrastiveModel, ProjectionHead
     from contrastlab.models.registry import build_encoder as build_image_encoder
+    from contrastlab.models.text import TEXT_ENCODERS
 
     e = config.encoder
     model: nn.Module
-    if e.name == "mlp":
+    if e.name in TEXT_ENCODERS:
+        try:
+            text = TEXT_ENCODERS[e.name](e.path, e.max_seq_length)
+        except ValueError as err:
+            raise ConfigError(f"encoder.{err}") from None
+        if text.embed_dim != e.out_dim:
+            raise ConfigError(f"encoder.out_dim must be {text.embed_dim}, the dimension of {e.name}, got {e.out_dim}")
+        model = text
+    elif e.name == "mlp":
         mlp = MLP(source.in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
         model = mlp if source.kind == "vectors" else nn.Sequential(nn.Flatten(), mlp)
     else:
@@ -517,7 +584,12 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
 
 def _describe_encoder(config: JobConfig) -> str:
     e = config.encoder
-    what = f"a {len(e.hidden)}-hidden-layer MLP encoder" if e.name == "mlp" else f"a {e.name} encoder"
+    if e.name == "mlp":
+        what = f"a {len(e.hidden)}-hidden-layer MLP encoder"
+    elif e.name == "sentence_transformers":
+        what = f"the text model {e.path}"
+    else:
+        what = f"a {e.name} encoder"
     head = f" with a {e.proj_dim}-d projection head" if e.proj_dim else ""
     return f"{what} ({e.out_dim}-d embeddings){head}"
 
@@ -553,14 +625,14 @@ def run_job(
 
     source = DATA_BUILDERS[config.data.name](config)
     check_job(config, source)
+    torch.manual_seed(config.train.seed)  # the encoder's initialisation
+    model = build_encoder(config, source)  # before anything is written: a model that cannot load fails cleanly
     is_main = cd.rank() == 0  # under torchrun, rank 0 alone writes files
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = to_dict(config)
     if is_main:
         write_json_atomic(out / "config.json", cfg)
-    torch.manual_seed(config.train.seed)  # the encoder's initialisation
-    model = build_encoder(config, source)
     eval_fn = make_eval_fn(config, source)
     result = fit(
         model, make_loss_fn(config), source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn
@@ -593,6 +665,7 @@ def run_job(
         ],
         "figures": [],
         "config": cfg,
+        **({"data_provenance": source.provenance} if source.provenance is not None else {}),
         "version": contrastlab.__version__,
         "runtime_s": result.seconds,
         "resumed_from": result.resumed_from,

@@ -9,6 +9,9 @@ Entries:
   frequencies, generic and specific items), noisy feature views;
 * ``pairs`` — stored (anchor, positive) feature pairs with optional mined hard negatives
   (:mod:`contrastlab.train.pairs`);
+* ``text`` — (anchor, positive[, negatives…]) text pairs from a TSV / CSV / JSONL file or a saved Hugging
+  Face dataset, or by default the docstring code corpus of the installed Python (:mod:`contrastlab.train.texts`),
+  for the text encoders of :data:`contrastlab.models.text.TEXT_ENCODERS`;
 * every file-backed image dataset of :data:`contrastlab.data.registry.DATASETS` (``digits``, ``cifar10``,
   ``cifar100``, ``cifar10h``, ``stl10``, ``svhn``, ``imagenet32``, ``tiny-imagenet``) — SimCLR's two views
   per image (:class:`~contrastlab.data.views.TwoViewBatches`) through an augmentation pipeline of
@@ -24,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import Tensor
@@ -38,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DataSource", "DATA_BUILDERS", "build_sphere", "build_concepts", "build_images"]
 
-Kind = Literal["vectors", "images"]
+Kind = Literal["vectors", "images", "texts"]
 
 
 @dataclass
@@ -46,8 +49,9 @@ class DataSource:
     """What a dataset builder returns.
 
     Attributes:
-        kind: ``"vectors"`` (rows of ``input_shape = (in_dim,)``) or ``"images"`` (``(C, H, W)``).
-        input_shape: the shape of one observation (the encoder's input).
+        kind: ``"vectors"`` (rows of ``input_shape = (in_dim,)``), ``"images"`` (``(C, H, W)``) or
+            ``"texts"`` (``(L,)`` code-point rows of :mod:`contrastlab.data.text_codes`, L varying per batch).
+        input_shape: the shape of one observation (the encoder's input); ``(0,)`` for texts (variable).
         batch_at: ``step -> batch``, a pure function of the step. A batch is a dict with
             ``"anchor"``, ``"positive"`` (``(N, *input_shape)``), optional ``"latent"`` (``(N, d)``, true
             latents), ``"labels"`` (``(N,)`` int64) and ``"negatives"`` (``(M, *input_shape)`` or
@@ -59,6 +63,8 @@ class DataSource:
             ``shared``/``per_anchor``).
         probe_train: un-augmented training rows ``{"clean": images, "labels": labels}`` for the linear
             probe (images as the dataset stores them, ``uint8`` or float in [0, 1]), or ``None``.
+        provenance: where the data came from (file, versions, counts, checksum), recorded in
+            ``results.json``; ``None`` when the config says it all.
     """
 
     kind: Kind
@@ -68,6 +74,7 @@ class DataSource:
     num_classes: int = 0
     fresh_negatives: bool = False
     probe_train: dict[str, Tensor] | None = None
+    provenance: dict[str, Any] | None = None
 
     @property
     def in_dim(self) -> int:
@@ -214,10 +221,18 @@ def build_pairs(config: JobConfig) -> DataSource:
     return build(config)
 
 
+def build_text(config: JobConfig) -> DataSource:
+    """Text pairs from a file or the docstring code corpus (:mod:`contrastlab.train.texts`)."""
+    from contrastlab.train.texts import build_texts
+
+    return build_texts(config)
+
+
 DATA_BUILDERS: dict[str, Callable[[JobConfig], DataSource]] = {
     "sphere": build_sphere,
     "concepts": build_concepts,
     "pairs": build_pairs,
+    "text": build_text,
     **_image_builders(),
 }
 """Dataset name → ``build(config) -> DataSource``; ``data.name`` of a job is a key of this dict."""

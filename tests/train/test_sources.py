@@ -14,6 +14,7 @@ from contrastlab.train.job import (
     EncoderConfig,
     EvalConfig,
     JobConfig,
+    TextDataConfig,
     ViewsConfig,
     build_encoder,
     check_job,
@@ -22,27 +23,47 @@ from contrastlab.train.job import (
 from tests.data.writers import WRITERS
 
 
+def _text_inputs(tmp_path: Path) -> tuple[TextDataConfig, EncoderConfig]:
+    """A small pairs file and a tiny randomly initialised BERT (the registry's ``text`` entry)."""
+    from tests.models.text_models import write_tiny_bert
+
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("".join(f'"query {i}, in words","def f{i}()"\n' for i in range(16)), encoding="utf-8")
+    bert = write_tiny_bert(tmp_path / "bert", "st")
+    return TextDataConfig(path=str(pairs)), EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16)
+
+
 @pytest.mark.parametrize("name", sorted(DATA_BUILDERS))
 def test_every_dataset_builds_pure_batches_and_a_finite_loss_step(name: str, tmp_path: Path) -> None:
     if name in WRITERS:
         WRITERS[name](tmp_path, 3)
+    text, encoder = (
+        _text_inputs(tmp_path) if name == "text" else (TextDataConfig(), EncoderConfig(hidden=(8,), out_dim=4))
+    )
     config = JobConfig(
-        data=DataConfig(name=name, root=str(tmp_path), batch_size=2, image_size=8, latent_dim=3),
+        data=DataConfig(name=name, root=str(tmp_path), batch_size=2, image_size=8, latent_dim=3, text=text),
         views=ViewsConfig(crop_scale=(0.5, 1.0)),
-        encoder=EncoderConfig(hidden=(8,), out_dim=4),
+        encoder=encoder,
         train=TrainConfig(steps=1, seed=3, progress=False),
         eval=EvalConfig(n=12),
     )
     source = DATA_BUILDERS[name](config)
     check_job(config, source)
     batch = source.batch_at(1)
-    assert batch["anchor"].shape == batch["positive"].shape == (2, *source.input_shape)
+    if source.kind == "texts":  # (N, L) code-point rows, L the batch's longest text
+        assert batch["anchor"].shape[0] == 2 and batch["anchor"].shape == batch["positive"].shape
+    else:
+        assert batch["anchor"].shape == batch["positive"].shape == (2, *source.input_shape)
     again = source.batch_at(1)  # a pure function of the step: what makes resume exact
     assert all(torch.equal(batch[k], again[k]) for k in batch)
     assert not torch.equal(source.batch_at(0)["anchor"], batch["anchor"])
     held = source.eval_batch
-    assert held["anchor"].shape[1:] == source.input_shape and 2 <= held["anchor"].shape[0] <= 12
-    if source.kind == "images":
+    assert 2 <= held["anchor"].shape[0] <= 12
+    assert source.kind == "texts" or held["anchor"].shape[1:] == source.input_shape
+    if source.kind == "texts":  # labels are the pairs' row numbers: every pair is its own class
+        assert 0 <= int(batch["labels"].min()) and int(held["labels"].max()) < source.num_classes
+        assert "negatives" not in batch and source.provenance is not None
+    elif source.kind == "images":
         assert (
             source.input_shape[1:] == (8, 8) and 0 <= float(batch["anchor"].min()) <= float(batch["anchor"].max()) <= 1
         )
@@ -55,4 +76,5 @@ def test_every_dataset_builds_pure_batches_and_a_finite_loss_step(name: str, tmp
     loss = make_loss_fn(config)(model, batch)
     loss.backward()
     assert loss.ndim == 0 and torch.isfinite(loss)
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+    trained = [p for p in model.parameters() if p.requires_grad]  # a text model freezes what it never uses
+    assert trained and all(p.grad is not None and torch.isfinite(p.grad).all() for p in trained)
