@@ -1,4 +1,4 @@
-"""WEINCE vs NT-Xent loss time at SimCLR's batch: 2N = 512 views, D = 128, 2 threads.
+"""WEINCE vs NT-Xent loss time at SimCLR's batch (2N = 512 views) and beyond, D = 128, 2 threads.
 
 Target: WEINCE ≤ 1.25× NT-Xent in forward + backward (the paper reports 2.11 vs 0.65 ms, 3.2×, on an
 L40S). Times are medians over repeated forward(+backward) calls on the same inputs, interleaved in
@@ -7,12 +7,17 @@ three GEMMs of ``benchmarks/_common.py``, into kept buffers) runs in the same ro
 forward + backward is also given as a ratio to it. Both wall-clock and process CPU time (summed over
 the threads) are reported: on a shared, loaded machine the CPU time is the steadier of the two.
 
-    python benchmarks/weince_speed.py [--n 256] [--d 128] [--threads 2] [--reps 60]
+    python benchmarks/weince_speed.py [--sizes 512 4096] [--d 128] [--threads 2] [--reps 60]
+        [--losses nt_xent per_anchor one global_ema aux]
+
+``--sizes`` are numbers of views 2N (N pairs each); ``--losses`` picks the rows (NT-Xent is always
+timed: the ratios are to it).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -38,28 +43,48 @@ def _time(fn: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:
     return wall, cpu
 
 
-def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """Run the benchmark, print a table and return {name: {"fwd_ms", "fwd_bwd_ms", "ratio"}}."""
+#: The rows of the table: ``--losses`` key -> (label, loss of (z_a, z_b)).
+LOSSES: dict[str, tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = {
+    "nt_xent": ("nt_xent", lambda za, zb: nt_xent(za, zb)),
+    "per_anchor": ("weince (per_anchor, paper text)", lambda za, zb: weince(za, zb)),
+    "one": ("weince (beta_mode=one, code)", lambda za, zb: weince(za, zb, beta_mode="one")),
+    "global_ema": ("weince (global_ema)", lambda za, zb: weince(za, zb, beta_mode="global_ema")),
+    "aux": (
+        "weince + top-50 aux (repro script)",
+        lambda za, zb: weince(za, zb, beta_mode="one", aux_top_m=50),
+    ),
+}
+
+
+def main(argv: list[str] | None = None) -> dict[int, dict[str, dict[str, float]]]:
+    """Run the benchmark, print one table per size and return {2N: {name: {"fwd_ms", ..., "ratio_*"}}}."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=256, help="pairs N (2N views)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[512], help="numbers of views 2N (even)")
     parser.add_argument("--d", type=int, default=128, help="embedding dimension D")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--reps", type=int, default=60)
+    parser.add_argument("--reps", type=int, default=60, help="timed calls per loss and kind (rounds of 10)")
+    parser.add_argument("--losses", nargs="+", choices=sorted(LOSSES), default=list(LOSSES))
     args = parser.parse_args(argv)
+    for size in args.sizes:
+        if size < 4 or size % 2:
+            parser.error(f"--sizes must be even numbers of views >= 4, got {size}")
     torch.set_num_threads(args.threads)
+    names = ["nt_xent", *(k for k in LOSSES if k in args.losses and k != "nt_xent")]
+    return {size: _run(size // 2, args.d, args.threads, args.reps, names) for size in args.sizes}
+
+
+def _run(n: int, d: int, threads: int, reps: int, names: list[str]) -> dict[str, dict[str, float]]:
+    """One size: N pairs. Prints the table and returns {label: figures}."""
     g = torch.Generator().manual_seed(0)
-    za = torch.randn(args.n, args.d, generator=g)
-    zb = 0.6 * za + 0.4 * torch.randn(args.n, args.d, generator=g)
+    za = torch.randn(n, d, generator=g)
+    zb = 0.6 * za + 0.4 * torch.randn(n, d, generator=g)
     za.requires_grad_()
     zb.requires_grad_()
 
-    losses: dict[str, Callable[[], torch.Tensor]] = {
-        "nt_xent": lambda: nt_xent(za, zb),
-        "weince (per_anchor, paper text)": lambda: weince(za, zb),
-        "weince (beta_mode=one, code)": lambda: weince(za, zb, beta_mode="one"),
-        "weince (global_ema)": lambda: weince(za, zb, beta_mode="global_ema"),
-        "weince + top-50 aux (repro script)": lambda: weince(za, zb, beta_mode="one", aux_top_m=50),
-    }
+    def bind(f: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        return lambda: f(za, zb)
+
+    losses = {LOSSES[k][0]: bind(LOSSES[k][1]) for k in names}
 
     def fwd(f: Callable[[], torch.Tensor]) -> Callable[[], None]:
         def run() -> None:
@@ -76,12 +101,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     kinds = ("fwd", "fwd_bwd", "fwd_cpu", "fwd_bwd_cpu")
     times: dict[str, dict[str, list[float]]] = {k: {m: [] for m in kinds} for k in losses}
-    limit_fn, _ = C.matmul_limit_fn(2 * args.n, args.d)  # the (2N × 2N) problem's three GEMMs, kept buffers
+    limit_fn, scale = C.matmul_limit_fn(2 * n, d)  # the (2N × 2N) problem's three GEMMs, kept buffers
     limit: dict[str, list[float]] = {"fwd_bwd": [], "fwd_bwd_cpu": []}
     limit_fn()
     for f in losses.values():  # warm-up
         fwd_bwd(f)()
-    for _ in range(max(1, args.reps // 10)):  # interleave rounds so load changes hit every loss alike
+    for _ in range(max(1, reps // 10)):  # interleave rounds so load changes hit every loss alike
         wall, cpu = _time(limit_fn, 10)
         limit["fwd_bwd"] += wall
         limit["fwd_bwd_cpu"] += cpu
@@ -92,11 +117,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 times[name][kind + "_cpu"] += cpu
 
     med = {k: {m: 1e3 * statistics.median(v) for m, v in t.items()} for k, t in times.items()}
-    lim = {m: 1e3 * statistics.median(v) for m, v in limit.items()}
+    lim = {m: 1e3 * scale * statistics.median(v) for m, v in limit.items()}
     base = med["nt_xent"]
     print(
-        f"2N = {2 * args.n} views, D = {args.d}, {args.threads} threads, torch {torch.__version__}, median of "
-        f"{args.reps}; matmul limit (2N × 2N, kept buffers) {lim['fwd_bwd']:.2f} ms, CPU {lim['fwd_bwd_cpu']:.2f} ms"
+        f"2N = {2 * n} views, D = {d}, {threads} threads, torch {torch.__version__}, median of "
+        f"{10 * max(1, reps // 10)}; matmul limit (2N × 2N, kept buffers) {lim['fwd_bwd']:.2f} ms, "
+        f"CPU {lim['fwd_bwd_cpu']:.2f} ms; load average after: {os.getloadavg()[0]:.2f}"
     )
     print(
         f"{'loss':36s} {'fwd ms':>8s} {'×':>5s} {'fwd+bwd ms':>10s} {'×':>5s} {'/limit':>6s}   "

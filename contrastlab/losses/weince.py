@@ -45,7 +45,7 @@ Differences between the paper's text (the defaults here) and the official code, 
   (which divides by max(‖x‖‖y‖, 1e-8)). In float32 they err by up to ~8e-7 near s = 1 (D = 128), and the
   statistics read log(1 − s), which amplifies that error by 1/(1 − s). So a float32 row whose largest
   tail cosine is within :data:`ENDPOINT_SHORTFALL` (1/4) of the endpoint has its tail recomputed from
-  float64 cosines (the fused kernel's 1 − s of that row too); its λ, ΔAIC and β̂ then equal those of
+  float64 cosines (the fused kernel's 1 − s of that row and column too); its λ, ΔAIC and β̂ then equal those of
   a float64 computation on the same inputs (measured: identical on clustered batches with
   1 − s down to 7e-5). Rows farther out keep float32 cosines; measured against float64 on the same
   inputs (2N = 256, D = 128, smallest ρ 0.31–0.61): λ within 1.4e-5, ΔAIC within 8e-4, β̂ within
@@ -62,11 +62,13 @@ with them to rounding (tested).
 Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one GEMM for the cosines,
 a tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
 float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
-one fused autograd function, :class:`_WeinceSimCLR`, on the normalised views and the shortfalls 1 − s
-(the row maximum of ℓ is known from the row's largest cosine, so no pass finds it). When the rows are
-reduced by a mean or a sum, the fused function also forms the gradient in its forward, while its two
-(2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)`` does
-for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of three passes and two
+one fused autograd function, :class:`_WeinceSimCLR`, on the raw views, their normalised form and the
+shortfalls 1 − s (the row maximum of ℓ is known from the row's largest cosine, so no pass finds it; the
+symmetric matrix is read by columns, so that every per-anchor coefficient broadcasts along the inner
+dimension and the Weibit exponent costs three vectorised passes). When the rows are reduced by a mean
+or a sum, the fused function also forms the gradient in its forward, through the normalisation, while
+its two (2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)``
+does for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of two passes and two
 GEMMs. A learnable τ, the auxiliary terms or gathered candidates use the logits s/τ of the local
 views against every candidate with their autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
 
@@ -85,6 +87,8 @@ Files: the options (:mod:`contrastlab.losses.weince_options`), the tail statisti
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from typing import Any, NamedTuple
 
 import torch
@@ -295,6 +299,42 @@ def weince(
     )
 
 
+def _normalized(x: Tensor) -> tuple[Tensor, Tensor]:
+    """``(x / ‖x‖, 1/‖x‖)`` over rows, without gradient; a zero row stays zero (its factor is 1).
+
+    The numbers of :func:`contrastlab.losses.tiled.normalize_scale` (same operations), for the fused
+    kernel, which applies the normalisation's Jacobian itself. Shape: x ``(R, D)``; returns ``(R, D)``,
+    ``(R, 1)``.
+    """
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    inv_norm = 1.0 / torch.where(norm > 0, norm, torch.ones_like(norm))
+    return x * inv_norm, inv_norm
+
+
+def _any_nonzero(x: Tensor) -> bool:
+    """Whether ``x`` has a nonzero entry (through numpy on the CPU: no dispatch, no thread hand-off)."""
+    return bool(x.numpy().any()) if x.device.type == "cpu" else bool(x.any())
+
+
+def _autocast_off(device: torch.device) -> contextlib.AbstractContextManager[object]:
+    """A context with autocast disabled on ``device`` (a no-op context when it is not enabled there)."""
+    if torch.is_autocast_enabled(device.type):
+        return torch.autocast(device_type=device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+@functools.lru_cache(maxsize=16)
+def _simclr_columns(n: int, big_n: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """``(self_cols, pos_index)``: the columns of the 2n local views and of their positives among 2N candidates.
+
+    Local view-a row i is candidate ``offset + i`` and its positive ``N + offset + i``; view-b row i the
+    reverse. The same for every step of a run, so cached (read-only: nothing writes into them).
+    """
+    idx = torch.arange(n, device=device)
+    a_cols, b_cols = offset + idx, big_n + offset + idx
+    return torch.cat([a_cols, b_cols]), torch.cat([b_cols, a_cols])
+
+
 def _beta_prev(beta_ema: float | Tensor | None, config: GlobalBetaConfig) -> float:
     """β_{t−1}: ``beta_ema`` validated, or the EMA's starting value."""
     if beta_ema is None:
@@ -343,7 +383,7 @@ def weince_with(
     dtype, inv_t, beta_prev = checked["dtype"], checked["inv_t"], checked["beta_prev"]
     gathered = gather and cd.world_size() > 1  # candidates come from other ranks too
     device = z_a.device
-    with torch.autocast(device_type=device.type, enabled=False):
+    with _autocast_off(device):
         a, b = z_a.to(dtype), z_b.to(dtype)
         n = a.shape[0]
         fast = negatives is None and isinstance(inv_t, float) and o.aux_top_m == 0 and not gathered
@@ -355,10 +395,14 @@ def weince_with(
             a_all, offset = gather_rows(a, gather)
             b_all, _ = gather_rows(b, gather)
             big_n = a_all.shape[0]
-            views = tiled.normalize_scale(torch.cat([a_all, b_all], dim=0))  # (2N, D)
-            idx = torch.arange(n, device=device)
-            self_cols = torch.cat([offset + idx, big_n + offset + idx])  # (2n,)
-            pos_index = torch.cat([big_n + offset + idx, offset + idx])
+            raw = torch.cat([a_all, b_all], dim=0)  # (2N, D)
+            inv_norm: Tensor | None = None
+            if fast:  # the fused kernel takes the gradient through the normalisation itself
+                with torch.no_grad():
+                    views, inv_norm = _normalized(raw)
+            else:
+                views = tiled.normalize_scale(raw)
+            self_cols, pos_index = _simclr_columns(n, big_n, offset, device)  # (2n,) each
             local = views if not gathered else torch.cat([views[offset : offset + n], views[big_n + offset :][:n]])
             # The fused path keeps 1 − s and lets the tail selection sort the cosines in place; E is then
             # written over them: two (2N, 2N) buffers per step, in one allocation.
@@ -400,8 +444,10 @@ def weince_with(
                     views64 = tiled.normalize_scale(torch.cat([a_all, b_all], dim=0).detach().to(torch.float64))
                     local_rows = crowded if not gathered else self_cols[crowded]  # rows of views64
                     cos64 = views64[local_rows] @ views64.T  # (r, 2N)
-                    if work is not None:  # the fused kernel's 1 − s and positive cosines of these rows
-                        u[crowded] = torch.rsub(cos64, 1.0).to(dtype)
+                    if work is not None:  # the fused kernel's 1 − s (symmetric: rows and columns) and positives
+                        u64 = torch.rsub(cos64, 1.0).to(dtype)  # (r, 2N)
+                        u[crowded] = u64
+                        u[:, crowded] = u64.T
                         s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
                     excl = (self_cols[crowded], pos_index[crowded])
                     top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
@@ -451,8 +497,9 @@ def weince_with(
             assert beta_t is not None
             beta = torch.full_like(lam, beta_t)
 
-        lam_c, lam_beta = lam.unsqueeze(1), (lam * beta).unsqueeze(1)  # (R, 1): stop-gradient constants
-        if not gathered and not bool(lam.any()):  # λ ≡ 0: NT-Xent / InfoNCE; their kernels (same numbers)
+        lam_c = lam.unsqueeze(1)  # (R, 1): stop-gradient constants
+        lam_beta = (lam if o.beta_mode == "one" else lam * beta).unsqueeze(1)
+        if not gathered and not _any_nonzero(lam):  # λ ≡ 0: NT-Xent / InfoNCE; their kernels (same numbers)
             if negatives is None:
                 loss = nt_xent(z_a, z_b, temperature=temperature, reduction="none")
             else:
@@ -460,10 +507,12 @@ def weince_with(
         elif fast:
             assert isinstance(inv_t, float) and work is not None
             s_max = torch.maximum(top[:, :1].to(dtype), s_pos)  # (2N, 1)
-            coef = (1.0 - lam_c) * inv_t
-            if torch.is_grad_enabled() and views.requires_grad:
+            coef = torch.rsub(lam_c, inv_t, alpha=inv_t)  # (1 − λ)/τ
+            if torch.is_grad_enabled() and raw.requires_grad:
                 ahead = not tiled.keeps_logits(reduction, views)  # a mean or sum: the gradient in the forward
-                loss = _WeinceSimCLR.apply(views, u, pos_index, coef, lam_beta, s_max, o.eps, ahead, work[0])
+                loss = _WeinceSimCLR.apply(
+                    raw, u, pos_index, coef, lam_beta, s_max, o.eps, ahead, work[0], views, inv_norm
+                )
             else:
                 loss = _weince_rows(u, pos_index, coef, lam_beta, s_max, _u_min(o.eps, dtype), work[0])[2]
         elif isinstance(inv_t, float):

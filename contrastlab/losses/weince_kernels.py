@@ -107,47 +107,59 @@ def _weince_rows(
     u_min: float,
     e_out: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """WEINCE's per-row loss over SimCLR's 2N views from the shortfalls ``u = 1 − s``; the fused forward.
+    """WEINCE's per-anchor loss over SimCLR's 2N views from the shortfalls ``u = 1 − s``; the fused forward.
 
     ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with s clamped to [−1, 1 − eps] inside the log (``u_min`` =
-    1 − (1 − eps) as rounded), computed as ``a_i − a_i u_ij − b_i log(clamp(u_ij))``. a, b ≥ 0, so ℓ is
-    increasing in s and the row maximum ``c`` is ℓ at the row's largest cosine ``s_max``: the shift
-    needs no pass over the matrix. ``e_out`` (optional) receives ``E`` instead of a fresh allocation.
+    1 − (1 − eps) as rounded), computed as ``(a_i − c_i) − b_i log u_ij − a_i u_ij``. a, b ≥ 0, so ℓ
+    is increasing in s and the shift ``c_i`` (the row maximum of ℓ) is ℓ at the anchor's largest
+    cosine ``s_max``: no pass over the matrix finds it.
+
+    Layout: ``u`` is symmetric (1 − k kᵀ), so anchor i's shortfalls are its row and its column alike;
+    the kernel reads **column i**. Each per-anchor coefficient is then a ``(1, R)`` row vector,
+    contiguous along the inner dimension, and an elementwise op vectorises with several of them
+    (TensorIterator vectorises an op with at most one ``(R, 1)`` operand: an ``addcmul`` with two ran
+    ~4× slower, an ``addcdiv`` ~7×). The exponent takes three passes (log, one ``addcmul`` with two
+    coefficient vectors, one with one), then the ``exp`` and the column sums.
+
+    The clamp only matters where 1 − s ≤ u_min: on the diagonal (a view against itself), which is
+    masked anyway, and, off it, only in an anchor whose smallest shortfall ``1 − s_max`` is that
+    small. When no anchor comes within 2·u_min of it (the margin covers the rounding of 1 − s_max
+    against the entries of ``u``) the diagonal of ``u`` is set to 1 and the clamping pass is skipped.
+    Otherwise ``u`` is clamped, and afterwards set to +inf where s was clamped, so that the Weibit
+    slope b/u is 0 there (:func:`_weince_grad`). ``u`` is overwritten either way; ``e_out``
+    (optional) receives ``Eᵀ`` instead of a fresh allocation.
 
     Shape:
-        u: ``(R, R)``; pos_index: ``(R,)``; a, b, s_max: ``(R, 1)``.
+        u: ``(R, R)``, symmetric; pos_index: ``(R,)``; a, b, s_max: ``(R, 1)``.
 
     Returns:
-        ``(E, row_sum, loss)``: ``E = exp(ℓ − c)`` with 0 on the diagonal ``(R, R)``, its row sums
-        ``(R, 1)`` and the per-row loss ``(R,)``.
+        ``(Eᵀ, col_sum, loss)``: ``Eᵀ[j, i] = exp(ℓ_ij − c_i)`` with 0 on the diagonal ``(R, R)``, its
+        column sums (anchor i's softmax denominator) ``(1, R)`` and the per-anchor loss ``(R,)``.
     """
-    c = a * s_max - b * torch.log(torch.rsub(s_max, 1.0).clamp_(u_min, 2.0))  # row maxima of ℓ, (R, 1)
-    # −b·log(1 − s) + (a − c) − a·(1 − s). (Each op has one (R, 1) operand: TensorIterator vectorises
-    # those; an addcmul with two broadcast operands runs ~4× slower here.)
-    e = torch.clamp(u, u_min, 2.0, out=e_out).log_().mul_(-b).add_(a - c).addcmul_(u, -a)  # ℓ − c
-    pos_shifted = e.gather(1, pos_index.unsqueeze(1))  # ℓ_pos − c, (R, 1)
-    e.exp_().fill_diagonal_(0.0)  # a view is never its own candidate
-    row_sum = e.sum(dim=1, keepdim=True)
-    loss = (row_sum.log() - pos_shifted).squeeze(1)
-    return e, row_sum, loss
-
-
-def _mark_clamped(u: Tensor, s_max: Tensor, u_min: float) -> None:
-    """Set ``u = 1 − s`` to +inf where s was clamped at 1 − eps (there b/u, the Weibit slope, is 0).
-
-    The diagonal (a view against itself, s = 1) always is; when every row's largest off-diagonal cosine
-    ``s_max`` is below the clamp, only the diagonal is touched instead of a pass over the matrix.
-    """
-    if float((1.0 - s_max).min()) > u_min:
-        u.fill_diagonal_(float("inf"))
+    a_r, b_r = a.view(1, -1), b.view(1, -1)  # (1, R): column i is anchor i
+    u_top = torch.rsub(s_max.view(1, -1), 1.0)  # each anchor's smallest shortfall
+    clamp = float(u_top.min()) <= 2.0 * u_min
+    if clamp:
+        e = torch.clamp(u, u_min, 2.0, out=e_out).log_()
+        u_top.clamp_(u_min, 2.0)
     else:
+        u.fill_diagonal_(1.0)  # s_ii = 1 is the only shortfall below the clamp; log 1 = 0, masked below
+        e = torch.log(u, out=e_out)
+    c = a_r * s_max.view(1, -1) - b_r * torch.log(u_top)  # the anchors' maxima of ℓ, (1, R)
+    torch.addcmul(a_r - c, e, -b_r, out=e).addcmul_(u, -a_r)  # (a − c) − b·log u − a·u = ℓ − c
+    pos_shifted = e.gather(0, pos_index.view(1, -1))  # ℓ_pos − c, (1, R)
+    e.exp_().fill_diagonal_(0.0)  # a view is never its own candidate
+    col_sum = e.sum(dim=0, keepdim=True)
+    loss = (col_sum.log() - pos_shifted).view(-1)
+    if clamp:  # 1/u := 0 where s was clamped (the diagonal included)
         torch.threshold_(u, u_min, float("inf"))
+    return e, col_sum, loss
 
 
 def _weince_grad(
     k: Tensor,
     e: Tensor,
-    row_sum: Tensor,
+    col_sum: Tensor,
     u: Tensor,
     pos_index: Tensor,
     a: Tensor,
@@ -158,30 +170,50 @@ def _weince_grad(
 ) -> Tensor:
     """∂(Σ_i grad_i loss_i)/∂k from :func:`_weince_rows`' results (``grad=None``: all ones).
 
-    ``G = diag(grad)(softmax − one-hot) ∘ dℓ/ds`` with dℓ/ds = a + b/u, ``u = 1 − s`` (+inf where s was
-    clamped, so that b/u = 0 there), then ``∂k = G k + Gᵀ k`` (s = k kᵀ). The row factor
-    grad_i/row_sum_i is folded into a and b, so G costs three passes; ``inplace`` writes them into ``u``
-    and ``e``.
+    ``G = diag(grad)(softmax − one-hot) ∘ dℓ/ds`` with dℓ/ds = a + b/u (``u`` as :func:`_weince_rows`
+    leaves it: +inf where s was clamped, so that b/u = 0 there, or 1 on the masked diagonal), held
+    transposed like ``Eᵀ``; then ``∂k = G k + Gᵀ k`` (s = k kᵀ). The row factor w = grad/col_sum goes
+    into a and b, so Gᵀ costs two passes (one ``addcdiv`` with the two coefficient vectors, one
+    multiplication); ``inplace`` writes them into ``u`` and ``e``.
     """
-    w = row_sum.reciprocal() if grad is None else grad.unsqueeze(1) / row_sum  # (R, 1)
-    g_pos = (a + b / u.gather(1, pos_index.unsqueeze(1))) * (1.0 if grad is None else grad.unsqueeze(1))
-    d = torch.div(b * w, u, out=u if inplace else None).add_(a * w)  # (a + b/u)·grad/row_sum
-    g = e.mul_(d) if inplace else e * d  # grad_i · softmax_i ∘ dℓ/ds
-    g.scatter_add_(1, pos_index.unsqueeze(1), -g_pos)  # − grad_i · one-hot(positive) ∘ dℓ/ds
-    return torch.mm(g, k).addmm_(g.T, k)
+    p = pos_index.view(1, -1)
+    a_r, b_r = a.view(1, -1), b.view(1, -1)
+    w = col_sum.reciprocal() if grad is None else grad.view(1, -1) / col_sum  # (1, R)
+    g_pos = a_r + b_r / u.gather(0, p)  # dℓ/ds at the positives
+    if grad is not None:
+        g_pos = g_pos * grad.view(1, -1)
+    d = torch.addcdiv(a_r * w, b_r * w, u, out=u if inplace else None)  # (a + b/u)·grad/col_sum
+    g = e.mul_(d) if inplace else d.mul_(e)  # Gᵀ: grad_i · softmax_i ∘ dℓ/ds in column i
+    g.scatter_add_(0, p, -g_pos)  # − grad_i · one-hot(positive) ∘ dℓ/ds
+    return torch.mm(g.T, k).addmm_(g, k)
+
+
+def _through_normalisation(g: Tensor, k_hat: Tensor, inv_norm: Tensor) -> Tensor:
+    """∂/∂x from ``g`` = ∂/∂x̂ for rows x̂ = x/‖x‖, in place on ``g``: ``(g − x̂ (x̂·g)) / ‖x‖``.
+
+    A zero row (x̂ = 0, ``inv_norm`` 1, as :func:`contrastlab.losses.tiled.normalize_scale` treats it)
+    gets ``g`` itself. Shape: g, k_hat: ``(R, D)``; inv_norm: ``(R, 1)``.
+    """
+    xg = torch.linalg.vecdot(k_hat, g).unsqueeze(1)  # x̂·g, (R, 1)
+    return g.addcmul_(k_hat, xg, value=-1.0).mul_(inv_norm)
 
 
 class _WeinceSimCLR(torch.autograd.Function):
     """WEINCE over SimCLR's 2N views from the normalised views ``k`` and their shortfalls 1 − s, fused.
 
-    Per row i: ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with a_i = (1 − λ_i)/τ, b_i = λ_i β_i (stop-gradient
-    constants); :func:`_weince_rows` computes the loss. With ``grad_ahead`` (the caller reduces the rows
-    by a mean or a sum, so every row gets the same upstream gradient) the forward also computes
-    ``∂k`` for an all-ones upstream gradient in the buffers it already has, keeps only that (R, D)
-    result and the backward scales it; an unequal upstream gradient is still exact (the backward then
-    recomputes). Otherwise the forward keeps E, the row sums and 1 − s for a backward of three passes
-    and two GEMMs. ``u`` (the caller's ``1 − s``) is overwritten; ``e_out`` (optional) receives E (see
-    :func:`weince`: one allocation per step). Not twice differentiable.
+    Per anchor i: ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with a_i = (1 − λ_i)/τ, b_i = λ_i β_i
+    (stop-gradient constants); :func:`_weince_rows` computes the loss. With ``grad_ahead`` (the caller
+    reduces the rows by a mean or a sum, so every row gets the same upstream gradient) the forward also
+    computes ``∂k`` for an all-ones upstream gradient in the buffers it already has, keeps only that
+    (R, D) result and the backward scales it; an unequal upstream gradient is still exact (the backward
+    then recomputes). Otherwise the forward keeps E, the column sums and 1 − s for a backward of two
+    passes and two GEMMs. ``u`` (the caller's ``1 − s``, symmetric) is overwritten; ``e_out``
+    (optional) receives E (see :func:`weince`: one allocation per step).
+
+    With ``k_hat`` and ``inv_norm`` given, ``k`` holds the raw rows x and ``k_hat = x·inv_norm`` their
+    normalised form (``inv_norm = 1/‖x‖``, 1 for a zero row), from which ``u`` was made: the gradient
+    then goes to x through the normalisation (:func:`_through_normalisation`), in the forward too, so
+    that no normalisation node of its own runs in the backward. Not twice differentiable.
     """
 
     @staticmethod
@@ -196,27 +228,33 @@ class _WeinceSimCLR(torch.autograd.Function):
         eps: float,
         grad_ahead: bool,
         e_out: Tensor | None,
+        k_hat: Tensor | None = None,
+        inv_norm: Tensor | None = None,
     ) -> Tensor:
         u_min = _u_min(eps, u.dtype)
-        e, row_sum, loss = _weince_rows(u, pos_index, a, b, s_max, u_min, e_out)
-        _mark_clamped(u, s_max, u_min)
+        e, col_sum, loss = _weince_rows(u, pos_index, a, b, s_max, u_min, e_out)
         ctx.grad_ahead, ctx.u_min = grad_ahead, u_min
+        kn = k if k_hat is None else k_hat
         if grad_ahead:
-            dk = _weince_grad(k, e, row_sum, u, pos_index, a, b, None, inplace=True)
-            ctx.save_for_backward(dk, k, pos_index, a, b, s_max)  # the work buffers are free again
+            dk = _weince_grad(kn, e, col_sum, u, pos_index, a, b, None, inplace=True)
+            if inv_norm is not None:
+                dk = _through_normalisation(dk, kn, inv_norm)
+            ctx.save_for_backward(dk, kn, pos_index, a, b, s_max, inv_norm)  # the work buffers are free again
         else:
-            ctx.save_for_backward(k, e, row_sum, u, pos_index, a, b)
+            ctx.save_for_backward(kn, e, col_sum, u, pos_index, a, b, inv_norm)
         return loss
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        nones = (None,) * 10
         if ctx.grad_ahead:
-            dk, k, pos_index, a, b, s_max = ctx.saved_tensors
+            dk, kn, pos_index, a, b, s_max, inv_norm = ctx.saved_tensors
             if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
-                return dk * grad[0], *(None,) * 8
-            u = torch.rsub(k @ k.T, 1.0)  # unequal rows: recompute
-            e, row_sum, _ = _weince_rows(u, pos_index, a, b, s_max, ctx.u_min)
-            _mark_clamped(u, s_max, ctx.u_min)
-            return _weince_grad(k, e, row_sum, u, pos_index, a, b, grad, inplace=True), *(None,) * 8
-        k, e, row_sum, u, pos_index, a, b = ctx.saved_tensors
-        return _weince_grad(k, e, row_sum, u, pos_index, a, b, grad, inplace=False), *(None,) * 8
+                return dk * grad[0], *nones
+            u = torch.rsub(kn @ kn.T, 1.0)  # unequal rows: recompute
+            e, col_sum, _ = _weince_rows(u, pos_index, a, b, s_max, ctx.u_min)
+            dk = _weince_grad(kn, e, col_sum, u, pos_index, a, b, grad, inplace=True)
+        else:
+            kn, e, col_sum, u, pos_index, a, b, inv_norm = ctx.saved_tensors
+            dk = _weince_grad(kn, e, col_sum, u, pos_index, a, b, grad, inplace=False)
+        return dk if inv_norm is None else _through_normalisation(dk, kn, inv_norm), *nones

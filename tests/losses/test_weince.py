@@ -455,6 +455,45 @@ def test_fused_kernel_paths_equal_autograd_reference(reduction, kw):
         torch.testing.assert_close(weince(za, zb, temperature=0.3, reduction=reduction, **kw), out[0][0])
 
 
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_fused_kernel_unclamped_branch_and_zero_row_equal_the_naive_loop(reduction):
+    """The fused kernel's branch without the clamping pass (no two views within 2·eps of s = 1), its
+    gradient taken through the normalisation inside the kernel, and a zero view (cosine 0 with every
+    view, gradient the identity through the normalisation) against a per-anchor loop over §2's formula
+    in float64, with the statistics the loss reports held as constants."""
+    za, zb = _views(9, 4, seed=41, dtype=torch.float64)
+    za[2] = 0.0
+    a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    loss, stats = weince(a, b, temperature=0.3, reduction=reduction, return_stats=True)
+    lam, beta = stats.tail.lam, stats.beta
+    assert float(lam.min()) > 0.0  # every anchor mixes in the Weibit logit
+
+    a2, b2 = za.clone().requires_grad_(), zb.clone().requires_grad_()
+    views = []
+    for x in (*a2, *b2):  # normalised one at a time; the zero row stays zero
+        norm = torch.linalg.vector_norm(x)
+        views.append(x / norm if float(norm.detach()) > 0 else x)
+    n2 = len(views)
+    rows = []
+    for i in range(n2):
+        pos = (i + n2 // 2) % n2
+        logits = {}
+        for j in range(n2):
+            if j != i:
+                s = views[i] @ views[j]
+                logits[j] = (1 - lam[i]) * s / 0.3 - lam[i] * beta[i] * torch.log1p(-s.clamp(-1.0, 1 - 1e-6))
+        rows.append(torch.logsumexp(torch.stack(list(logits.values())), 0) - logits[pos])
+    ref = torch.stack(rows)
+    w = torch.linspace(0.5, 1.5, n2, dtype=torch.float64)
+    if reduction == "mean":
+        ref, w = ref.mean(), torch.ones((), dtype=torch.float64)
+    torch.testing.assert_close(loss, ref, rtol=1e-12, atol=1e-12)
+    got = torch.autograd.grad((loss * w).sum(), [a, b])
+    want = torch.autograd.grad((ref * w).sum(), [a2, b2])
+    for x, y in zip(got, want, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
+
+
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
     from contrastlab.losses.weince_kernels import _WeinceSimCLR
