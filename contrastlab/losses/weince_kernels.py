@@ -98,6 +98,18 @@ class _MixedCrossEntropy(torch.autograd.Function):
         return g.mul_(d_pl), None, None, None, None, None, None
 
 
+#: Bytes of one block of rows of the two (R, R) buffers that :func:`_weince_rows` and
+#: :func:`_weince_grad` sweep together: a block stays in cache through all of its element-wise passes,
+#: so each buffer crosses the memory bus about once per sweep instead of once per pass (at 2N = 4,096
+#: a buffer is 64 MiB). At 2N = 512 in float32 the whole matrix is one block.
+_BLOCK_BYTES = 1 << 21
+
+
+def _block_rows(r: int, itemsize: int) -> int:
+    """Rows per block of the element-wise sweeps over two (r, r) buffers (:data:`_BLOCK_BYTES`)."""
+    return max(1, _BLOCK_BYTES // (2 * r * itemsize))
+
+
 def _weince_rows(
     u: Tensor,
     pos_index: Tensor,
@@ -106,6 +118,7 @@ def _weince_rows(
     s_max: Tensor,
     u_min: float,
     e_out: Tensor | None = None,
+    rows: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """WEINCE's per-anchor loss over SimCLR's 2N views from the shortfalls ``u = 1 − s``; the fused forward.
 
@@ -119,7 +132,8 @@ def _weince_rows(
     contiguous along the inner dimension, and an elementwise op vectorises with several of them
     (TensorIterator vectorises an op with at most one ``(R, 1)`` operand: an ``addcmul`` with two ran
     ~4× slower, an ``addcdiv`` ~7×). The exponent takes three passes (log, one ``addcmul`` with two
-    coefficient vectors, one with one), then the ``exp`` and the column sums.
+    coefficient vectors, one with one), then the ``exp`` and the column sums, block of rows by block of
+    rows (``rows`` per block, default :func:`_block_rows`), so that the passes of a block run in cache.
 
     The clamp only matters where 1 − s ≤ u_min: on the diagonal (a view against itself), which is
     masked anyway, and, off it, only in an anchor whose smallest shortfall ``1 − s_max`` is that
@@ -136,23 +150,36 @@ def _weince_rows(
         ``(Eᵀ, col_sum, loss)``: ``Eᵀ[j, i] = exp(ℓ_ij − c_i)`` with 0 on the diagonal ``(R, R)``, its
         column sums (anchor i's softmax denominator) ``(1, R)`` and the per-anchor loss ``(R,)``.
     """
+    r = u.shape[0]
+    rows = _block_rows(r, u.element_size()) if rows is None else rows
     a_r, b_r = a.view(1, -1), b.view(1, -1)  # (1, R): column i is anchor i
-    u_top = torch.rsub(s_max.view(1, -1), 1.0)  # each anchor's smallest shortfall
+    s_top = s_max.view(1, -1)
+    u_top = torch.rsub(s_top, 1.0)  # each anchor's smallest shortfall
     clamp = float(u_top.min()) <= 2.0 * u_min
     if clamp:
-        e = torch.clamp(u, u_min, 2.0, out=e_out).log_()
         u_top.clamp_(u_min, 2.0)
-    else:
-        u.fill_diagonal_(1.0)  # s_ii = 1 is the only shortfall below the clamp; log 1 = 0, masked below
-        e = torch.log(u, out=e_out)
-    c = a_r * s_max.view(1, -1) - b_r * torch.log(u_top)  # the anchors' maxima of ℓ, (1, R)
-    torch.addcmul(a_r - c, e, -b_r, out=e).addcmul_(u, -a_r)  # (a − c) − b·log u − a·u = ℓ − c
-    pos_shifted = e.gather(0, pos_index.view(1, -1))  # ℓ_pos − c, (1, R)
-    e.exp_().fill_diagonal_(0.0)  # a view is never its own candidate
-    col_sum = e.sum(dim=0, keepdim=True)
+    c = a_r * s_top - b_r * torch.log(u_top)  # the anchors' maxima of ℓ, (1, R)
+    a_c, nb, na = a_r - c, -b_r, -a_r
+    u_pos = u.gather(0, pos_index.view(1, -1))  # (1, R), before the sweep changes u
+    log_pos = torch.log(u_pos.clamp(u_min, 2.0) if clamp else u_pos)
+    pos_shifted = torch.addcmul(a_c, log_pos, nb).addcmul_(u_pos, na)  # ℓ_pos − c, as the sweep computes it
+    e = torch.empty_like(u) if e_out is None else e_out
+    col_sum = torch.zeros_like(a_r)
+    for j0 in range(0, r, rows):
+        j1 = min(r, j0 + rows)
+        ub, eb = u[j0:j1], e[j0:j1]  # candidates j0..j1 of every anchor
+        if clamp:
+            torch.clamp(ub, u_min, 2.0, out=eb).log_()
+        else:
+            ub[:, j0:j1].fill_diagonal_(1.0)  # s_jj = 1 is the only shortfall below the clamp; masked below
+            torch.log(ub, out=eb)
+        torch.addcmul(a_c, eb, nb, out=eb).addcmul_(ub, na)  # (a − c) − b·log u − a·u = ℓ − c
+        eb.exp_()
+        eb[:, j0:j1].fill_diagonal_(0.0)  # a view is never its own candidate
+        col_sum += eb.sum(dim=0, keepdim=True)
+        if clamp:  # 1/u := 0 where s was clamped (the diagonal included)
+            torch.threshold_(ub, u_min, float("inf"))
     loss = (col_sum.log() - pos_shifted).view(-1)
-    if clamp:  # 1/u := 0 where s was clamped (the diagonal included)
-        torch.threshold_(u, u_min, float("inf"))
     return e, col_sum, loss
 
 
@@ -167,6 +194,7 @@ def _weince_grad(
     grad: Tensor | None,
     *,
     inplace: bool,
+    rows: int | None = None,
 ) -> Tensor:
     """∂(Σ_i grad_i loss_i)/∂k from :func:`_weince_rows`' results (``grad=None``: all ones).
 
@@ -174,16 +202,26 @@ def _weince_grad(
     leaves it: +inf where s was clamped, so that b/u = 0 there, or 1 on the masked diagonal), held
     transposed like ``Eᵀ``; then ``∂k = G k + Gᵀ k`` (s = k kᵀ). The row factor w = grad/col_sum goes
     into a and b, so Gᵀ costs two passes (one ``addcdiv`` with the two coefficient vectors, one
-    multiplication); ``inplace`` writes them into ``u`` and ``e``.
+    multiplication), block of rows by block of rows as in :func:`_weince_rows`; ``inplace`` writes them
+    into ``u`` and ``e``.
     """
+    r = u.shape[0]
+    rows = _block_rows(r, u.element_size()) if rows is None else rows
     p = pos_index.view(1, -1)
     a_r, b_r = a.view(1, -1), b.view(1, -1)
     w = col_sum.reciprocal() if grad is None else grad.view(1, -1) / col_sum  # (1, R)
     g_pos = a_r + b_r / u.gather(0, p)  # dℓ/ds at the positives
     if grad is not None:
         g_pos = g_pos * grad.view(1, -1)
-    d = torch.addcdiv(a_r * w, b_r * w, u, out=u if inplace else None)  # (a + b/u)·grad/col_sum
-    g = e.mul_(d) if inplace else d.mul_(e)  # Gᵀ: grad_i · softmax_i ∘ dℓ/ds in column i
+    aw, bw = a_r * w, b_r * w
+    g = e if inplace else torch.empty_like(e)
+    for j0 in range(0, r, rows):
+        j1 = min(r, j0 + rows)
+        d = torch.addcdiv(aw, bw, u[j0:j1], out=u[j0:j1] if inplace else g[j0:j1])  # (a + b/u)·grad/col_sum
+        if inplace:
+            e[j0:j1].mul_(d)  # Gᵀ: grad_i · softmax_i ∘ dℓ/ds in column i
+        else:
+            d.mul_(e[j0:j1])
     g.scatter_add_(0, p, -g_pos)  # − grad_i · one-hot(positive) ∘ dℓ/ds
     return torch.mm(g.T, k).addmm_(g, k)
 

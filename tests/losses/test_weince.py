@@ -494,6 +494,40 @@ def test_fused_kernel_unclamped_branch_and_zero_row_equal_the_naive_loop(reducti
         torch.testing.assert_close(x, y, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("duplicate", [False, True])
+def test_fused_sweeps_in_blocks_of_rows_equal_one_block(duplicate):
+    """The fused kernel's element-wise sweeps, run block of rows by block of rows (a 2N = 4,096 matrix
+    is 32 blocks), give the one-block results up to the order of the column sums' additions; with a
+    duplicated view the clamping branch runs."""
+    from contrastlab.losses.weince_kernels import _u_min, _weince_grad, _weince_rows
+
+    g = torch.Generator().manual_seed(6)
+    k = torch.nn.functional.normalize(torch.randn(14, 5, generator=g, dtype=torch.float64), dim=1)
+    if duplicate:
+        k[3] = k[10]
+    cos = k @ k.T
+    pos = torch.cat([torch.arange(7, 14), torch.arange(7)])
+    a = torch.rand(14, 1, generator=g, dtype=torch.float64) * 2
+    b = torch.rand(14, 1, generator=g, dtype=torch.float64) * 3
+    s_max = cos.masked_fill(torch.eye(14, dtype=torch.bool), -2.0).amax(dim=1, keepdim=True)
+    w = torch.rand(14, generator=g, dtype=torch.float64)
+    u_min = _u_min(1e-6, torch.float64)
+    out = []
+    for rows in (14, 1, 4):
+        e, col_sum, loss = _weince_rows(1.0 - cos, pos, a, b, s_max, u_min, rows=rows)
+        u = 1.0 - cos
+        _weince_rows(u, pos, a, b, s_max, u_min, rows=rows)  # u as the sweep leaves it
+        grads = [
+            _weince_grad(k, e.clone(), col_sum, u.clone(), pos, a, b, gr, inplace=ip, rows=rows)
+            for gr, ip in ((None, True), (w, False))
+        ]
+        out.append((loss, col_sum, *grads))
+    assert torch.isfinite(out[0][0]).all()
+    for other in out[1:]:
+        for x, y in zip(other, out[0], strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-15)
+
+
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
     from contrastlab.losses.weince_kernels import _WeinceSimCLR
@@ -537,6 +571,21 @@ def test_top_values_equals_topk(shape):
     got = _top_values(y, k, exclude=(cols,), inplace=True)  # the caller's tensor is the working copy
     torch.testing.assert_close(got, torch.topk(masked, k, dim=1).values, rtol=0, atol=0)
     assert not torch.equal(y, x) or shape[0] == 1 and k == shape[1]
+
+
+def test_top_values_of_long_rows_equal_topk():
+    """Rows at least _PARTITION_MIN_COLS long are partitioned, then their k largest sorted: the same
+    values as torch.topk, with excluded columns left out."""
+    from contrastlab.losses.weince_tail import _PARTITION_MIN_COLS, _top_values
+
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(5, _PARTITION_MIN_COLS + 3, generator=g)
+    cols = torch.randint(0, x.shape[1], (5,), generator=g)
+    masked = x.clone()
+    masked[torch.arange(5), cols] = float("-inf")
+    for k in (1, 37, x.shape[1] - 1):
+        want = torch.topk(masked, k, dim=1).values
+        torch.testing.assert_close(_top_values(x, k, exclude=(cols,)), want, rtol=0, atol=0)
 
 
 def test_learnable_temperature_gets_the_softmax_part_only():
