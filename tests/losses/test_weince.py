@@ -501,15 +501,15 @@ def test_fused_sweeps_in_blocks_of_rows_equal_one_block(duplicate):
     duplicated view the clamping branch runs."""
     from contrastlab.losses.weince_kernels import _u_min, _weince_grad, _weince_rows
 
-    g = torch.Generator().manual_seed(6)
-    k = torch.nn.functional.normalize(torch.randn(14, 5, generator=g, dtype=torch.float64), dim=1)
+    za, zb = _views(7, 5, seed=6, dtype=torch.float64)
     if duplicate:
-        k[3] = k[10]
+        zb[3] = za[3]  # a view and its partner coincide: s = 1 off the diagonal
+    k = torch.nn.functional.normalize(torch.cat([za, zb]), dim=1)
     cos = k @ k.T
-    pos = torch.cat([torch.arange(7, 14), torch.arange(7)])
-    a = torch.rand(14, 1, generator=g, dtype=torch.float64) * 2
-    b = torch.rand(14, 1, generator=g, dtype=torch.float64) * 3
-    s_max = cos.masked_fill(torch.eye(14, dtype=torch.bool), -2.0).amax(dim=1, keepdim=True)
+    pos = (torch.arange(14) + 7) % 14
+    g = torch.Generator().manual_seed(6)
+    a, b = torch.rand(2, 14, 1, generator=g, dtype=torch.float64).unbind(0)
+    s_max = (cos - 3.0 * torch.eye(14, dtype=torch.float64)).amax(dim=1, keepdim=True)
     w = torch.rand(14, generator=g, dtype=torch.float64)
     u_min = _u_min(1e-6, torch.float64)
     out = []
