@@ -509,7 +509,7 @@ def weince_with(
             s_max = torch.maximum(top[:, :1].to(dtype), s_pos)  # (2N, 1)
             coef = torch.rsub(lam_c, inv_t, alpha=inv_t)  # (1 − λ)/τ
             if torch.is_grad_enabled() and raw.requires_grad:
-                ahead = not tiled.keeps_logits(reduction, views)  # a mean or sum: the gradient in the forward
+                ahead = not tiled.keeps_logits(reduction, raw)  # a mean or sum: the gradient in the forward
                 loss = _WeinceSimCLR.apply(
                     raw, u, pos_index, coef, lam_beta, s_max, o.eps, ahead, work[0], views, inv_norm
                 )

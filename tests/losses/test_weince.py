@@ -528,6 +528,25 @@ def test_fused_sweeps_in_blocks_of_rows_equal_one_block(duplicate):
             torch.testing.assert_close(x, y, rtol=1e-13, atol=1e-15)
 
 
+def test_fused_kernel_forms_the_gradient_ahead_only_for_a_mean_or_sum(monkeypatch):
+    """A mean or a sum sends every row the same gradient, so the fused forward forms it ahead;
+    reduction="none" keeps the buffers instead (its rows may be weighted unequally)."""
+    from contrastlab.losses.weince_kernels import _WeinceSimCLR
+
+    seen = []
+    forward = _WeinceSimCLR.forward
+
+    def spy(ctx, *args):
+        seen.append(args[7])  # grad_ahead
+        return forward(ctx, *args)
+
+    monkeypatch.setattr(_WeinceSimCLR, "forward", staticmethod(spy))
+    za, zb = _views(8, 4, seed=12)
+    for reduction in ("mean", "sum", "none"):
+        weince(za.clone().requires_grad_(), zb, reduction=reduction)
+    assert seen == [True, True, False]
+
+
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
     from contrastlab.losses.weince_kernels import _WeinceSimCLR
