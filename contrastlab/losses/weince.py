@@ -387,6 +387,7 @@ def weince_with(
         a, b = z_a.to(dtype), z_b.to(dtype)
         n = a.shape[0]
         fast = negatives is None and isinstance(inv_t, float) and o.aux_top_m == 0 and not gathered
+        reduced = False  # whether ``loss`` is already the reduction of the rows
         work: Tensor | None = None
         self_cols: Tensor | None = None
         if negatives is None:
@@ -510,8 +511,20 @@ def weince_with(
             coef = torch.rsub(lam_c, inv_t, alpha=inv_t)  # (1 − λ)/τ
             if torch.is_grad_enabled() and raw.requires_grad:
                 ahead = not tiled.keeps_logits(reduction, raw)  # a mean or sum: the gradient in the forward
+                reduced = ahead  # the fused function reduces the rows itself (cd.share's numbers: one process)
                 loss = _WeinceSimCLR.apply(
-                    raw, u, pos_index, coef, lam_beta, s_max, o.eps, ahead, work[0], views, inv_norm
+                    raw,
+                    u,
+                    pos_index,
+                    coef,
+                    lam_beta,
+                    s_max,
+                    o.eps,
+                    ahead,
+                    work[0],
+                    views,
+                    inv_norm,
+                    reduction if reduced else None,
                 )
             else:
                 loss = _weince_rows(u, pos_index, coef, lam_beta, s_max, _u_min(o.eps, dtype), work[0])[2]
@@ -531,7 +544,9 @@ def weince_with(
             )
             loss = loss + o.aux_weight * aux
 
-    out = check_finite_loss(cd.share(loss, reduction, count, gather=gather), "z_a/z_b", gather=gather)
+    if not reduced:
+        loss = cd.share(loss, reduction, count, gather=gather)
+    out = check_finite_loss(loss, "z_a/z_b", gather=gather)
     if not return_stats:
         return out
     stats = WEINCEStats(

@@ -160,12 +160,13 @@ def _weince_rows(
     if clamp:
         u_top.clamp_(u_min, 2.0)
     c = a_r * s_top - b_r * torch.log(u_top)  # the anchors' maxima of ℓ, (1, R)
-    a_c, nb, na = a_r - c, -b_r, -a_r
+    a_c = a_r - c
     u_pos = u.gather(0, pos_index.view(1, -1))  # (1, R), before the sweep changes u
     log_pos = torch.log(u_pos.clamp(u_min, 2.0) if clamp else u_pos)
-    pos_shifted = torch.addcmul(a_c, log_pos, nb).addcmul_(u_pos, na)  # ℓ_pos − c, as the sweep computes it
+    # ℓ_pos − c, as the sweep computes it
+    pos_shifted = torch.addcmul(a_c, log_pos, b_r, value=-1.0).addcmul_(u_pos, a_r, value=-1.0)
     e = torch.empty_like(u) if e_out is None else e_out
-    col_sum = torch.zeros_like(a_r)
+    col_sum: Tensor | None = None
     for j0 in range(0, r, rows):
         j1 = min(r, j0 + rows)
         ub, eb = u[j0:j1], e[j0:j1]  # candidates j0..j1 of every anchor
@@ -174,12 +175,14 @@ def _weince_rows(
         else:
             ub[:, j0:j1].fill_diagonal_(1.0)  # s_jj = 1 is the only shortfall below the clamp; masked below
             torch.log(ub, out=eb)
-        torch.addcmul(a_c, eb, nb, out=eb).addcmul_(ub, na)  # (a − c) − b·log u − a·u = ℓ − c
+        torch.addcmul(a_c, eb, b_r, value=-1.0, out=eb).addcmul_(ub, a_r, value=-1.0)  # (a − c) − b·log u − a·u
         eb.exp_()
         eb[:, j0:j1].fill_diagonal_(0.0)  # a view is never its own candidate
-        col_sum += eb.sum(dim=0, keepdim=True)
+        part = eb.sum(dim=0, keepdim=True)
+        col_sum = part if col_sum is None else col_sum.add_(part)
         if clamp:  # 1/u := 0 where s was clamped (the diagonal included)
             torch.threshold_(ub, u_min, float("inf"))
+    assert col_sum is not None
     loss = (col_sum.log() - pos_shifted).view(-1)
     return e, col_sum, loss
 
@@ -252,7 +255,9 @@ class _WeinceSimCLR(torch.autograd.Function):
     With ``k_hat`` and ``inv_norm`` given, ``k`` holds the raw rows x and ``k_hat = x·inv_norm`` their
     normalised form (``inv_norm = 1/‖x‖``, 1 for a zero row), from which ``u`` was made: the gradient
     then goes to x through the normalisation (:func:`_through_normalisation`), in the forward too, so
-    that no normalisation node of its own runs in the backward. Not twice differentiable.
+    that no normalisation node of its own runs in the backward. With ``grad_ahead`` and ``reduce``
+    (``"mean"`` or ``"sum"``) the function returns that reduction of the rows (a 0-d tensor, the same
+    operation as the caller's) and its backward is a scaling. Not twice differentiable.
     """
 
     @staticmethod
@@ -269,25 +274,31 @@ class _WeinceSimCLR(torch.autograd.Function):
         e_out: Tensor | None,
         k_hat: Tensor | None = None,
         inv_norm: Tensor | None = None,
+        reduce: str | None = None,
     ) -> Tensor:
         u_min = _u_min(eps, u.dtype)
         e, col_sum, loss = _weince_rows(u, pos_index, a, b, s_max, u_min, e_out)
-        ctx.grad_ahead, ctx.u_min = grad_ahead, u_min
+        ctx.grad_ahead, ctx.u_min, ctx.reduce = grad_ahead, u_min, reduce
         kn = k if k_hat is None else k_hat
         if grad_ahead:
             dk = _weince_grad(kn, e, col_sum, u, pos_index, a, b, None, inplace=True)
             if inv_norm is not None:
                 dk = _through_normalisation(dk, kn, inv_norm)
             ctx.save_for_backward(dk, kn, pos_index, a, b, s_max, inv_norm)  # the work buffers are free again
+            if reduce is not None:  # the reduction's backward is the scaling below: no node of its own
+                ctx.scale = 1.0 / loss.shape[0] if reduce == "mean" else 1.0
+                return loss.mean() if reduce == "mean" else loss.sum()
         else:
             ctx.save_for_backward(kn, e, col_sum, u, pos_index, a, b, inv_norm)
         return loss
 
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
-        nones = (None,) * 10
+        nones = (None,) * 11
         if ctx.grad_ahead:
             dk, kn, pos_index, a, b, s_max, inv_norm = ctx.saved_tensors
+            if ctx.reduce is not None:  # d(mean)/d(row) = 1/R, d(sum)/d(row) = 1: every row alike
+                return dk * (grad * ctx.scale), *nones
             if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
                 return dk * grad[0], *nones
             u = torch.rsub(kn @ kn.T, 1.0)  # unequal rows: recompute
