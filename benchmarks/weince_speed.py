@@ -5,7 +5,10 @@ L40S). Times are medians over repeated forward(+backward) calls on the same inpu
 rounds so that every loss sees the same machine load; the *matmul limit* of the 2N × 2N problem (the
 three GEMMs of ``benchmarks/_common.py``, into kept buffers) runs in the same rounds, so each
 forward + backward is also given as a ratio to it. Both wall-clock and process CPU time (summed over
-the threads) are reported: on a shared, loaded machine the CPU time is the steadier of the two.
+the threads) are reported: on a shared, loaded machine the CPU time is the steadier of the two. Beside
+the ratio of the medians, the *paired* ratio is the median over rounds of (this loss's median / NT-Xent's
+median in the same round): both saw the same load, so it is steadier still (as
+``_common.paired_ratio``).
 
     python benchmarks/weince_speed.py [--sizes 512 4096] [--d 128] [--threads 2] [--reps 60]
         [--losses nt_xent per_anchor one global_ema aux]
@@ -106,6 +109,7 @@ def _run(n: int, d: int, threads: int, reps: int, names: list[str]) -> dict[str,
     limit_fn()
     for f in losses.values():  # warm-up
         fwd_bwd(f)()
+    rounds: dict[str, dict[str, list[float]]] = {k: {m: [] for m in kinds} for k in losses}  # per-round medians
     for _ in range(max(1, reps // 10)):  # interleave rounds so load changes hit every loss alike
         wall, cpu = _time(limit_fn, 10)
         limit["fwd_bwd"] += wall
@@ -115,6 +119,8 @@ def _run(n: int, d: int, threads: int, reps: int, names: list[str]) -> dict[str,
                 wall, cpu = _time(run, 10)
                 times[name][kind] += wall
                 times[name][kind + "_cpu"] += cpu
+                rounds[name][kind].append(statistics.median(wall))
+                rounds[name][kind + "_cpu"].append(statistics.median(cpu))
 
     med = {k: {m: 1e3 * statistics.median(v) for m, v in t.items()} for k, t in times.items()}
     lim = {m: 1e3 * scale * statistics.median(v) for m, v in limit.items()}
@@ -125,20 +131,27 @@ def _run(n: int, d: int, threads: int, reps: int, names: list[str]) -> dict[str,
         f"CPU {lim['fwd_bwd_cpu']:.2f} ms; load average after: {os.getloadavg()[0]:.2f}"
     )
     print(
-        f"{'loss':36s} {'fwd ms':>8s} {'×':>5s} {'fwd+bwd ms':>10s} {'×':>5s} {'/limit':>6s}   "
-        f"{'CPU fwd+bwd ms':>14s} {'×':>5s}"
+        f"{'loss':36s} {'fwd ms':>8s} {'×':>5s} {'fwd+bwd ms':>10s} {'×':>5s} {'paired':>6s} {'/limit':>6s}   "
+        f"{'CPU fwd+bwd ms':>14s} {'×':>5s} {'paired':>6s}"
     )
     result = {}
+    base_rounds = rounds["nt_xent"]
     for name, m in med.items():
         r = {kind: m[kind] / base[kind] for kind in kinds}
+        paired = {
+            kind: statistics.median(x / y for x, y in zip(rounds[name][kind], base_rounds[kind], strict=True))
+            for kind in kinds
+        }
         to_limit = m["fwd_bwd"] / lim["fwd_bwd"]
         print(
-            f"{name:36s} {m['fwd']:8.2f} {r['fwd']:5.2f} {m['fwd_bwd']:10.2f} {r['fwd_bwd']:5.2f} {to_limit:6.2f}   "
-            f"{m['fwd_bwd_cpu']:14.2f} {r['fwd_bwd_cpu']:5.2f}"
+            f"{name:36s} {m['fwd']:8.2f} {r['fwd']:5.2f} {m['fwd_bwd']:10.2f} {r['fwd_bwd']:5.2f} "
+            f"{paired['fwd_bwd']:6.2f} {to_limit:6.2f}   "
+            f"{m['fwd_bwd_cpu']:14.2f} {r['fwd_bwd_cpu']:5.2f} {paired['fwd_bwd_cpu']:6.2f}"
         )
         result[name] = {
             **{f"{kind}_ms": m[kind] for kind in kinds},
             **{f"ratio_{kind}": v for kind, v in r.items()},
+            **{f"paired_{kind}": v for kind, v in paired.items()},
             "ratio_limit": to_limit,
         }
     return result
