@@ -19,7 +19,7 @@ Three parts, each run by itself (``--part``) so that one invocation stays short 
     texts. Target: the whole audit ≤ 2× the encoding.
 
 The two sides alternate (A B A B …) and medians are reported, so load from other processes hits both
-alike. Run each part under ``/work/wt/quiet.sh`` on the shared machine::
+alike. Run each part with nothing else timing on the machine::
 
     python benchmarks/text_speed.py --part encode
     python benchmarks/text_speed.py --part step

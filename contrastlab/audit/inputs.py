@@ -89,7 +89,10 @@ def _code_corpus_pairs(config: AuditConfig, progress: bool) -> AuditPairs:
 def _file_pairs(path: str) -> AuditPairs:
     from contrastlab.data.text_pairs import read_text_pairs
 
-    pairs = read_text_pairs(path)
+    try:
+        pairs = read_text_pairs(path)
+    except ValueError as e:  # the reader names its own argument; the audit's is ``pairs``
+        raise ValueError(f"pairs: {str(e).removeprefix('path: ')}") from None
     documents: list[str] = []
     index: dict[str, int] = {}
     doc_of = np.empty(len(pairs), dtype=np.int64)

@@ -32,7 +32,7 @@ from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
 from contrastlab.worlds.restricted import sample_pairs, sample_restricted_negatives
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
-__all__ = ["LatentRun", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
+__all__ = ["LatentRun", "LatentTraining", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
 
 #: The per-run record that :func:`run_cached` writes next to the run's ``metrics.jsonl``.
 RESULT_FILE = "result.json"
@@ -69,6 +69,67 @@ class LatentRun:
     n_test: int = 2000
     shared_negatives: bool = True
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class LatentTraining:
+    """The training settings that every identifiability experiment's ``Config`` shares (a base class).
+
+    An experiment's ``Config`` subclasses it (frozen too), adds its own sweep's fields and may give a
+    field another default; :meth:`latent_run` turns one cell of its sweep into a :class:`LatentRun`.
+    """
+
+    seeds: int = 5
+    """seeds per cell"""
+    steps: int = 5000
+    """optimiser steps per run"""
+    hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
+    """MLP encoder widths (the paper's)"""
+    norm_order: Literal["pre_act", "post_act"] = "post_act"
+    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
+    pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
+    lr: float = 1e-3
+    """Adam learning rate"""
+    tau: float = 0.3
+    """temperature τ (κ = 1/τ)"""
+    n_test: int = 2000
+    """held-out test latents for the metrics"""
+    seed: int = 0
+    """first seed"""
+
+    def latent_run(
+        self,
+        *,
+        generator: str,
+        d: int,
+        d_fixed: int,
+        n_negatives: int,
+        batch_size: int,
+        seed: int,
+        encoder: Literal["mlp", "inverse"] = "mlp",
+        rho: float = 0.0,
+        shared_negatives: bool = True,
+        linear_out_dim: int | None = None,
+    ) -> LatentRun:
+        """One cell's run: the cell's world, negatives and seed with this config's training settings."""
+        return LatentRun(
+            generator=generator,
+            encoder=encoder,
+            d=d,
+            d_fixed=d_fixed,
+            rho=rho,
+            n_negatives=n_negatives,
+            batch_size=batch_size,
+            steps=self.steps,
+            lr=self.lr,
+            tau=self.tau,
+            hidden=self.hidden,
+            norm_order=self.norm_order,
+            linear_out_dim=linear_out_dim,
+            n_test=self.n_test,
+            shared_negatives=shared_negatives,
+            seed=seed,
+        )
 
 
 class _Encoder(nn.Module):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached
 from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Identity generator) at the ρ values it reports.
@@ -24,36 +24,19 @@ PAPER_R2 = {"mlp": {0.0: 0.053, 0.5: 0.575, 1.0: 0.626}, "inverse": {0.3: 1.00, 
 
 
 @dataclass(frozen=True)
-class Config:
-    """Settings of the constraint-ratio sweep."""
+class Config(LatentTraining):
+    """Settings of the constraint-ratio sweep (the training settings are :class:`LatentTraining`'s)."""
 
     rhos: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     """constraint ratios to sweep"""
     encoders: tuple[str, ...] = ("mlp", "inverse")
     """encoders: mlp and/or inverse (a linear map for the Identity generator)"""
-    seeds: int = 5
-    """seeds per cell"""
-    steps: int = 5000
-    """optimiser steps per run"""
     batch_size: int = 2000
     """anchors per step"""
     n_negatives: int = 2000
     """per-anchor negatives (the paper's code: 2000)"""
-    hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
-    """MLP encoder widths (the paper's)"""
-    norm_order: Literal["pre_act", "post_act"] = "post_act"
-    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
-    pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
-    lr: float = 1e-3
-    """Adam learning rate"""
-    tau: float = 0.3
-    """temperature τ (κ = 1/τ)"""
     d_fixed: int = 1
     """fixed latent coordinates"""
-    n_test: int = 2000
-    """test latents"""
-    seed: int = 0
-    """first seed"""
 
 
 QUICK = Config(seeds=1, steps=600, batch_size=128, n_negatives=16, hidden=(128, 128, 128))
@@ -74,7 +57,7 @@ def run(config: Config, out_dir: Path) -> dict:
         for rho in config.rhos:
             res[(e, rho)] = [
                 run_cached(
-                    LatentRun(
+                    config.latent_run(
                         generator="identity",
                         encoder=cast(Literal["mlp", "inverse"], e),
                         d=3,
@@ -82,12 +65,6 @@ def run(config: Config, out_dir: Path) -> dict:
                         rho=rho,
                         n_negatives=config.n_negatives,
                         batch_size=config.batch_size,
-                        steps=config.steps,
-                        lr=config.lr,
-                        tau=config.tau,
-                        hidden=config.hidden,
-                        norm_order=config.norm_order,
-                        n_test=config.n_test,
                         shared_negatives=False,
                         seed=seed_stream(config.seed, "repetition", s),
                     ),

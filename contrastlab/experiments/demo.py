@@ -44,14 +44,15 @@ from contrastlab.worlds.mixing import make_mixing
 
 #: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
 PAPERS: tuple[str, ...] = (
-    # the longest first, so that the two workers finish together
+    # longest first (quick-run wall times measured together on 2 cores: 367, 209, 127, 126, 123, 109, 78,
+    # 41, 8, 6, 4 s), so that the two workers, each taking the next one free, finish together
     "augmentation-diversity",  # Zaliaduonis et al. §4.3: augmentation regimes × encoder architectures
+    "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
     "text-finetune",  # a real model on real text: audit all-MiniLM-L6-v2, fine-tune it, audit it again
-    "identifiability-table",  # Zaliaduonis et al. Table 1: diversity holds / violated / corrected / inverse
     "constraint-ratio",  # the support-corrected loss as a function of the constraint ratio ρ
     "norms-vs-uncertainty",  # Su, Ren & Veitch: norms against (blended-digit / CIFAR-10H) human uncertainty
     "norm-calibration",  # the norm as a confidence for retrieval
-    "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
+    "identifiability-table",  # Zaliaduonis et al. Table 1: diversity holds / violated / corrected / inverse
     "norm-dynamics",  # the norm recursion; frequency and specificity in the norm
     "k-gap",  # Whiteley: the O(1/k) gap between the InfoNCE risk and the similarity-search CE
     "generalisation-vs-k",  # Whiteley Thm 1: the generalisation gap against k

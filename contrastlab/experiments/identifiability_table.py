@@ -23,10 +23,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from contrastlab import figures
-from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, interval95, run_cached
+from contrastlab.experiments._latent_cl import (
+    LatentRun,
+    LatentTraining,
+    aggregate,
+    fmt_mean_sd,
+    interval95,
+    run_cached,
+)
 
 SETTINGS = ("holds", "violated", "corrected", "inverse")
 
@@ -49,21 +55,17 @@ NAMES = {"identity": "Identity", "linear": "Linear", "spiral": "Spiral", "patche
 
 
 @dataclass(frozen=True)
-class Config:
-    """Settings of the Table 1 rerun.
+class Config(LatentTraining):
+    """Settings of the Table 1 rerun (the training settings are :class:`LatentTraining`'s).
 
-    Defaults are the paper's; its corrected runs (2000 anchors × 2000 K(z) negatives per step) do not
-    fit a CPU, see docs/identifiability.md.
+    Defaults are the paper's (5 seeds, 5000 steps); its corrected runs (2000 anchors × 2000 K(z)
+    negatives per step) do not fit a CPU, see docs/identifiability.md.
     """
 
     generators: tuple[str, ...] = ("identity", "linear", "spiral", "patches", "mlp")
     """generators (rows of Table 1): identity, linear, spiral, patches, mlp"""
     settings: tuple[str, ...] = SETTINGS
     """columns: holds, violated, corrected, inverse"""
-    seeds: int = 5
-    """seeds per cell (the paper: 5)"""
-    steps: int = 5000
-    """optimiser steps per run (the paper: 5000)"""
     batch_size: int = 2000
     """anchors per step (the paper: 2000)"""
     n_negatives: int = 2000
@@ -72,21 +74,8 @@ class Config:
     """anchors per step of the corrected runs"""
     corrected_negatives: int = 2000
     """per-anchor K(z) negatives of the corrected runs (the paper's code: 2000)"""
-    hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
-    """MLP encoder widths (the paper's)"""
-    norm_order: Literal["pre_act", "post_act"] = "post_act"
-    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
-    pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
-    lr: float = 1e-3
-    """Adam learning rate"""
-    tau: float = 0.3
-    """temperature τ (κ = 1/τ)"""
     d_fixed: int = 1
     """fixed latent coordinates in the violated settings"""
-    n_test: int = 2000
-    """test latents for the metrics"""
-    seed: int = 0
-    """first seed"""
 
 
 QUICK = Config(
@@ -103,7 +92,7 @@ QUICK = Config(
 
 def _run_for(config: Config, generator: str, setting: str, seed: int) -> LatentRun:
     corrected = setting == "corrected"
-    return LatentRun(
+    return config.latent_run(
         generator=generator,
         encoder="inverse" if setting == "inverse" else "mlp",
         d=3,
@@ -111,12 +100,6 @@ def _run_for(config: Config, generator: str, setting: str, seed: int) -> LatentR
         rho=1.0 if corrected else 0.0,
         n_negatives=config.corrected_negatives if corrected else config.n_negatives,
         batch_size=config.corrected_batch_size if corrected else config.batch_size,
-        steps=config.steps,
-        lr=config.lr,
-        tau=config.tau,
-        hidden=config.hidden,
-        norm_order=config.norm_order,
-        n_test=config.n_test,
         seed=seed,
     )
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from contrastlab.experiments._latent_cl import LatentRun, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached
 from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Linear / Monomial) per d_fixed, mean over 5 seeds.
@@ -28,9 +27,14 @@ PAPER_R2 = {
 
 
 @dataclass(frozen=True)
-class Config:
-    """Settings of the progressive-violation sweep (defaults follow the paper's 10-D run)."""
+class Config(LatentTraining):
+    """Settings of the progressive-violation sweep (defaults follow the paper's 10-D run).
 
+    The training settings are :class:`LatentTraining`'s; the MLP encoder is the paper's 10-D one.
+    """
+
+    hidden: tuple[int, ...] = (512, 1024, 1024, 512, 256, 128, 64, 32)
+    """MLP encoder widths (the paper's 10-D encoder)"""
     d: int = 10
     """latent dimension"""
     d_fixed: tuple[int, ...] = (0, 1, 5, 9, 10)
@@ -40,25 +44,8 @@ class Config:
     (invertible leaky-ReLU MLP)"""
     linear_out_dim: int = 70
     """observation dimension of the linear generator (the paper: 70)"""
-    seeds: int = 5
-    """seeds per cell"""
-    steps: int = 5000
-    """optimiser steps per run"""
     batch_size: int = 2000
     """anchors (and shared uniform negatives) per step"""
-    hidden: tuple[int, ...] = (512, 1024, 1024, 512, 256, 128, 64, 32)
-    """MLP encoder widths (the paper's 10-D encoder)"""
-    norm_order: Literal["pre_act", "post_act"] = "post_act"
-    """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
-    pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
-    lr: float = 1e-3
-    """Adam learning rate"""
-    tau: float = 0.3
-    """temperature τ (κ = 1/τ)"""
-    n_test: int = 2000
-    """test latents"""
-    seed: int = 0
-    """first seed"""
 
 
 QUICK = Config(generators=("linear", "monomial"), seeds=1, steps=600, batch_size=256, hidden=(128, 128, 128))
@@ -76,19 +63,13 @@ def run(config: Config, out_dir: Path) -> dict:
         for m in config.d_fixed:
             res[(g, m)] = [
                 run_cached(
-                    LatentRun(
+                    config.latent_run(
                         generator=g,
                         d=config.d,
                         d_fixed=m,
                         n_negatives=config.batch_size,
                         batch_size=config.batch_size,
-                        steps=config.steps,
-                        lr=config.lr,
-                        tau=config.tau,
-                        hidden=config.hidden,
-                        norm_order=config.norm_order,
                         linear_out_dim=config.linear_out_dim,
-                        n_test=config.n_test,
                         seed=seed_stream(config.seed, "repetition", s),
                     ),
                     out_dir / "train" / f"{g}__dfixed{m}__{s}",

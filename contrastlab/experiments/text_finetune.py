@@ -189,6 +189,7 @@ def _finetune(config: Config, loss_name: str, seed: int, folder: Path) -> dict[s
         SentenceTransformerTrainer,
         SentenceTransformerTrainingArguments,
     )
+    from transformers import PrinterCallback
 
     from contrastlab.adapters.sentence_transformers import ContrastlabLoss
     from contrastlab.data.code_corpus import build_code_corpus
@@ -211,6 +212,7 @@ def _finetune(config: Config, loss_name: str, seed: int, folder: Path) -> dict[s
     )
     loss = ContrastlabLoss(model, _loss(loss_name, config.temperature))
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss)
+    trainer.remove_callback(PrinterCallback)  # the loss log goes to results.json, not to the console
     wall, cpu = time.perf_counter(), time.process_time()
     trainer.train()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

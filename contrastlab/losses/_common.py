@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import check_positive_float
+from contrastlab._checks import check_bool, check_choice, check_positive_float, compute_dtype
 
 __all__ = [
     "gather_rows",
@@ -15,6 +15,8 @@ __all__ = [
     "resolve_inverse_temperature",
     "REDUCTIONS",
     "check_finite_loss",
+    "check_loss_options",
+    "resolve_loss_options",
     "device_of",
 ]
 
@@ -73,6 +75,60 @@ def resolve_inverse_temperature(
     if inv_f > torch.finfo(dtype).max:
         raise ValueError(f"temperature {tv} is too small: 1/temperature overflows {dtype}")
     return inv_f
+
+
+def check_loss_options(
+    temperature: object, normalize: object, reduction: object, gather: object
+) -> tuple[TemperatureLike, bool, str, bool]:
+    """A loss module's common hyperparameters, checked at construction and returned to be stored.
+
+    A float temperature must be finite and > 0 (returned as a float); a tensor or a module
+    (``LearnableTemperature``) is returned as given and checked at each call by
+    :func:`resolve_inverse_temperature`, because its value changes during training.
+
+    Returns:
+        ``(temperature, normalize, reduction, gather)``.
+
+    Raises:
+        TypeError: a non-real temperature, non-bool ``normalize`` or ``gather``.
+        ValueError: a float temperature that is not finite and > 0, an unknown ``reduction``.
+    """
+    if not isinstance(temperature, (nn.Module, Tensor)):
+        temperature = check_positive_float("temperature", temperature)
+    return (
+        temperature,
+        check_bool("normalize", normalize),
+        check_choice("reduction", reduction, REDUCTIONS),
+        check_bool("gather", gather),
+    )
+
+
+def resolve_loss_options(
+    temperature: TemperatureLike, normalize: object, reduction: object, *inputs: Tensor
+) -> tuple[torch.dtype, Tensor | float]:
+    """Check a loss call's ``reduction`` and ``normalize``; return its compute dtype and 1/τ in that dtype.
+
+    Call it inside the loss's collective check (:func:`contrastlab.distributed.agree`), after the
+    inputs are validated, so that a bad option on any rank raises on every rank.
+
+    Args:
+        temperature: τ as the loss takes it (see :data:`TemperatureLike`).
+        normalize: the loss's ``normalize`` flag.
+        reduction: one of :data:`REDUCTIONS`.
+        inputs: the embeddings, the first one's device being the loss's (float64 if any is float64,
+            else float32: :func:`contrastlab._checks.compute_dtype`).
+
+    Returns:
+        ``(dtype, inv_t)``: the compute dtype and :func:`resolve_inverse_temperature`'s 1/τ.
+
+    Raises:
+        TypeError: non-bool ``normalize``, a temperature of an unsupported type.
+        ValueError: unknown ``reduction``, τ ≤ 0 or non-finite, 1/τ overflowing the dtype.
+    """
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_bool("normalize", normalize)
+    dtype = compute_dtype(*inputs)
+    return dtype, resolve_inverse_temperature(temperature, dtype, inputs[0].device)
 
 
 def check_finite_loss(loss: Tensor, hint: str, *, gather: bool = False) -> Tensor:

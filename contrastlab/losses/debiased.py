@@ -53,21 +53,15 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    check_bool,
-    check_choice,
-    check_positive_float,
-    check_real,
-    compute_dtype,
-)
+from contrastlab._checks import check_bool, check_real
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
     device_of,
     gather_rows,
-    resolve_inverse_temperature,
+    resolve_loss_options,
 )
 from contrastlab.losses.info_nce import _validate
 
@@ -169,13 +163,11 @@ def debiased_estimate(
         check_bool("simclr", simclr)
         if simclr and negatives is not None:
             raise ValueError("simclr=True contrasts the 2N views in the batch: negatives must be None")
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
+        inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, *inputs)
         checked["tau_plus"] = check_tau_plus(tau_plus)
         checked["beta"] = check_beta(beta)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
         return anchor.shape[0]
 
     sizes = cd.agree(check, gather=gather, device=device_of(anchor))
@@ -345,15 +337,12 @@ class DebiasedInfoNCELoss(nn.Module):
         gather: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
+        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
+            temperature, normalize, reduction, gather
+        )
         self.tau_plus = check_tau_plus(tau_plus)
         self.simclr = check_bool("simclr", simclr)
-        self.normalize = check_bool("normalize", normalize)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        self.gather = check_bool("gather", gather)
         self.beta = 0.0
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:

@@ -19,23 +19,16 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import check_bool, check_embeddings, check_same_device
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_inverse_temperature,
+    resolve_loss_options,
 )
 
 __all__ = ["nt_xent", "NTXentLoss"]
@@ -90,11 +83,8 @@ def nt_xent(
         if z_b.shape != z_a.shape:
             raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
         check_same_device(z_a=z_a, z_b=z_b)
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, z_a, z_b)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        checked["dtype"] = dtype = compute_dtype(z_a, z_b)
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, z_a.device)
         return z_a.shape[0]
 
     n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
@@ -142,15 +132,10 @@ class NTXentLoss(nn.Module):
         gather: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
-        check_bool("normalize", normalize)
-        self.normalize = normalize
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
+            temperature, normalize, reduction, gather
+        )
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        check_bool("gather", gather)
-        self.gather = gather
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""

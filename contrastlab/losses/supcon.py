@@ -16,23 +16,15 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_labels,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import check_bool, check_embeddings, check_labels, check_same_device
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_inverse_temperature,
+    resolve_loss_options,
 )
 
 __all__ = ["supcon", "SupConLoss"]
@@ -73,10 +65,7 @@ def supcon(
         check_embeddings("embeddings", embeddings, ndim=2)
         check_labels("labels", labels, embeddings.shape[0])
         check_same_device(embeddings=embeddings, labels=labels)
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
-        checked["dtype"] = dtype = compute_dtype(embeddings)
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, embeddings.device)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, embeddings)
         return embeddings.shape[0]
 
     cd.agree(check, gather=gather, device=device_of(embeddings))
@@ -114,14 +103,9 @@ class SupConLoss(nn.Module):
         self, temperature: TemperatureLike = 0.1, normalize: bool = True, reduction: str = "mean", gather: bool = False
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
-        check_bool("normalize", normalize)
-        self.normalize = normalize
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("gather", gather)
-        self.gather = gather
+        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
+            temperature, normalize, reduction, gather
+        )
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Compute the loss; see :func:`supcon` for shapes."""

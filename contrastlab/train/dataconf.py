@@ -16,6 +16,7 @@ import inspect
 import math
 import reprlib
 import sys
+import textwrap
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -433,13 +434,23 @@ def dump_config(config: Any, path: str | Path) -> None:
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """The docstring written under each field of a dataclass (``{field: doc}``), for ``--help``."""
+    """The docstring written under each field of a dataclass (``{field: doc}``), for ``--help``.
+
+    Fields inherited from a dataclass base keep the base's docstring unless the class redefines them.
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is cls or dataclasses.is_dataclass(klass):
+            docs.update(_own_field_docs(klass))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
+    """The field docstrings written in ``cls``'s own body."""
     try:
         source = inspect.getsource(cls)
     except (OSError, TypeError):
         return {}
-    import textwrap
-
     tree = ast.parse(textwrap.dedent(source))
     body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}

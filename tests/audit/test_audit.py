@@ -146,7 +146,8 @@ def test_encoder_output_must_be_two_dimensional() -> None:
 BAD_CASES = {
     "missing model folder": (["./nope/model"], "pairs.tsv", "model: folder"),
     "odd number of rows": (["odd.npy"], "pairs.tsv", "model: "),
-    "empty line in the pairs": (["emb.npy"], "bad.tsv", "bad.tsv line 3: empty line"),
+    "empty line in the pairs": (["emb.npy"], "bad.tsv", "pairs: bad.tsv line 3: empty line"),
+    "a pairs row of one column": (["emb.npy"], "one.tsv", "pairs: one.tsv line 2: 1 column"),
     "pairs and embeddings disagree": (["emb.npy"], "short.tsv", "holds 240 pairs"),
     "a 1-D array": (["flat.npy"], "pairs.tsv", "not a 2-D"),
     "a bad field": (["emb.npy", "--k_max", "0"], "pairs.tsv", "k_max"),
@@ -162,6 +163,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_results(
     np.save(tmp_path / "flat.npy", np.zeros(8, dtype=np.float32))
     (tmp_path / "bad.tsv").write_text("q\tp\nq\tp\n\nq\tp\n")
     (tmp_path / "short.tsv").write_text("q\tp\nr\ts\n")
+    (tmp_path / "one.tsv").write_text("q\tp\nq\n")
     monkeypatch.chdir(tmp_path)
     model_args, pairs, expected = BAD_CASES[case]
     assert main(["audit", *model_args, "--pairs", pairs, "--out", "out", "--quiet"]) == 2

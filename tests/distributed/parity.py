@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import Tensor
 
 from contrastlab.losses import info_nce, nt_xent, supcon
 from contrastlab.losses.weince import GlobalBetaConfig, weince
+from tests._spawn import spawn_ranks
 
 __all__ = ["Case", "CASES", "check_parity", "split_sizes"]
 
@@ -296,7 +296,7 @@ def check_parity(
     names = [str(d).removeprefix("torch.") for d in dtypes]
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
-        mp.spawn(_worker, args=(world, init_file, tmp, seed, names), nprocs=world, join=True)
+        spawn_ranks(_worker, (world, init_file, tmp, seed, names), world)
         report: dict[tuple[str, torch.dtype], tuple[float, float]] = {}
         for (dtype, dtype_name), (i, case) in (
             (dd, ic) for dd in zip(dtypes, names, strict=True) for ic in enumerate(CASES)

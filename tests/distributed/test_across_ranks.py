@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from contrastlab.losses import (
     debiased_info_nce,
@@ -27,6 +26,7 @@ from contrastlab.losses import (
     supcon,
     weince,
 )
+from tests._spawn import spawn_ranks
 
 WORLD = 2
 SIZES = [1, 5]  # rank 0 holds one row: DCL and WEINCE need the global N, not the local one
@@ -172,7 +172,7 @@ def _worker(r: int, init_file: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def results():
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(os.path.join(tmp, "init"), tmp), nprocs=WORLD, join=True)
+        spawn_ranks(_worker, (os.path.join(tmp, "init"), tmp), WORLD)
         yield {p.stem: torch.load(p, weights_only=True) for p in Path(tmp).glob("*.pt") if p.name != "init"}
 
 

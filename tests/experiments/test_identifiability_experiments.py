@@ -1,6 +1,6 @@
 """Tiny end-to-end runs of the identifiability experiments (contract shape, files, determinism)."""
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from contrastlab.experiments import (
     validate_results,
 )
 from contrastlab.experiments._latent_cl import LatentRun, interval95, run_cached, train_latent
+from contrastlab.train.dataconf import field_docs
 
 
 def test_registered() -> None:
@@ -72,6 +73,29 @@ def test_progressive_and_constraint_tiny(tmp_path: Path) -> None:
     assert len(res2["tables"][0]["rows"]) == 3
     with pytest.raises(ValueError, match="^rhos"):
         constraint_ratio.run(replace(cfg2, rhos=(1.5,)), tmp_path / "bad")
+
+
+@pytest.mark.parametrize("module", [constraint_ratio, identifiability_table, progressive_violation])
+def test_configs_share_the_training_settings_and_document_every_field(module) -> None:
+    cfg = replace(module.QUICK, steps=7, lr=0.01, tau=0.2, hidden=(9,), norm_order="pre_act", n_test=33)
+    run = cfg.latent_run(generator="identity", d=3, d_fixed=1, n_negatives=4, batch_size=8, seed=5)
+    want = LatentRun(
+        generator="identity",
+        d=3,
+        d_fixed=1,
+        n_negatives=4,
+        batch_size=8,
+        steps=7,
+        lr=0.01,
+        tau=0.2,
+        hidden=(9,),
+        norm_order="pre_act",
+        n_test=33,
+        seed=5,
+    )
+    assert run == want
+    docs = field_docs(module.Config)
+    assert all(docs.get(f.name) for f in fields(module.Config)), docs
 
 
 def test_image_identifiability_tiny(tmp_path: Path) -> None:

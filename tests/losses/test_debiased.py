@@ -12,28 +12,10 @@ import pytest
 import torch
 
 from contrastlab.losses import DebiasedInfoNCELoss, LearnableTemperature, debiased_info_nce, info_nce, nt_xent
+from tests.losses._debiased_inputs import LAYOUTS, layout_inputs, mixed_noise
 from tests.losses.reference import debiased_loop
 
 TAU = 0.5
-LAYOUTS = ("in-batch", "simclr", "shared", "per-anchor")
-
-
-def _mixed(n: int) -> torch.Tensor:
-    """Per-row noise: close positives (0.1) in even rows, far ones (2.0) in odd rows (clamped and not)."""
-    return torch.tensor([0.1, 2.0], dtype=torch.float64).repeat((n + 1) // 2)[:n].unsqueeze(1)
-
-
-def _data(layout: str, n: int, seed: int, noise: float | torch.Tensor = 0.8, d: int = 5):
-    """Anchors, positives (anchor + noise: smaller noise, more rows clamped) and the layout's negatives."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, d, generator=g, dtype=torch.float64)
-    p = a + noise * torch.randn(n, d, generator=g, dtype=torch.float64)
-    negs = None
-    if layout == "shared":
-        negs = torch.randn(6, d, generator=g, dtype=torch.float64)
-    elif layout == "per-anchor":
-        negs = torch.randn(n, 4, d, generator=g, dtype=torch.float64)
-    return a, p, negs
 
 
 def _loss(a, p, negs, layout, **kw):
@@ -44,7 +26,7 @@ def _loss(a, p, negs, layout, **kw):
 @pytest.mark.parametrize("tau_plus", [0.0, 0.1, 0.4])
 @pytest.mark.parametrize("chunk_size", [None, 3])
 def test_matches_the_paper_loop(layout, tau_plus, chunk_size):
-    a, p, negs = _data(layout, 9, seed=1)
+    a, p, negs = layout_inputs(layout, 9, seed=1)
     got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=tau_plus, reduction="none", chunk_size=chunk_size)
     want, _ = debiased_loop(a, p, negs, TAU, tau_plus, 0.0, layout == "simclr", True)
     torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
@@ -52,7 +34,7 @@ def test_matches_the_paper_loop(layout, tau_plus, chunk_size):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_matches_the_loop_with_raw_dot_products(layout):
-    a, p, negs = _data(layout, 7, seed=2)
+    a, p, negs = layout_inputs(layout, 7, seed=2)
     a, p = a / 3, p / 3  # raw similarities of a few units: the loop's exponentials stay moderate
     negs = None if negs is None else negs / 3
     got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.2, normalize=False, reduction="none")
@@ -64,7 +46,7 @@ def test_matches_the_loop_with_raw_dot_products(layout):
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
     # Close views and a large τ⁺: the estimate of some rows falls below N e^{−1/τ}, the clamp binds there.
-    a, p, negs = _data(layout, 10, seed=3, noise=_mixed(10))
+    a, p, negs = layout_inputs(layout, 10, seed=3, noise=mixed_noise(10))
     want, clamped = debiased_loop(a, p, negs, TAU, 0.4, 0.0, layout == "simclr", True)
     assert any(clamped) and not all(clamped), clamped  # both branches are exercised by these inputs
     got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.4, reduction="none", chunk_size=chunk_size)
@@ -89,7 +71,7 @@ def test_identical_views_are_all_clamped_to_the_closed_form():
 def test_tau_plus_zero_is_info_nce_with_the_same_negatives(layout, chunk_size):
     # τ⁺ = 0: g = max(Σ_j e^{S_ij}, N e^{−1/τ}) = Σ_j e^{S_ij} for unit vectors (each term ≥ e^{−1/τ}),
     # InfoNCE with the same negatives (SimCLR's arrangement: NT-Xent). Loss and gradients, float64.
-    a, p, negs = _data(layout, 8, seed=5)
+    a, p, negs = layout_inputs(layout, 8, seed=5)
     grads = []
     for fn in ("debiased", "reference"):
         x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
@@ -107,7 +89,7 @@ def test_tau_plus_zero_is_info_nce_with_the_same_negatives(layout, chunk_size):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_dense_equals_tiled_with_gradients(layout):
-    a, p, negs = _data(layout, 13, seed=6, noise=0.5)
+    a, p, negs = layout_inputs(layout, 13, seed=6, noise=0.5)
     out = []
     for chunk_size in (None, 4):
         x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
@@ -121,7 +103,7 @@ def test_dense_equals_tiled_with_gradients(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_gradcheck_float64(layout, chunk_size):
-    a, p, negs = _data(layout, 5, seed=7, noise=0.5)
+    a, p, negs = layout_inputs(layout, 5, seed=7, noise=0.5)
     leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
     t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)  # learnable τ: its gradient too
     leaves.append(t)
@@ -136,7 +118,7 @@ def test_gradcheck_float64(layout, chunk_size):
 
 def test_gradcheck_where_the_clamp_binds():
     # Clamped rows depend on the inputs only through S⁺ (and on τ through the floor N e^{−1/τ}).
-    a, p, _ = _data("in-batch", 6, seed=3, noise=_mixed(6))
+    a, p, _ = layout_inputs("in-batch", 6, seed=3, noise=mixed_noise(6))
     _, clamped = debiased_loop(a, p, None, 0.4, 0.4, 0.0, False, True)
     assert any(clamped) and not all(clamped)
     t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
@@ -148,7 +130,7 @@ def test_float32_small_temperature_stays_finite_and_accurate():
     # τ = 0.01: e^{S/τ} reaches e^{100}, beyond float32 (the papers' code computes exp directly and
     # overflows); the log-space estimator does not. float32 against float64: rounding of the inputs'
     # logits (1e-7 relative, times 1/τ = 100) bounds the difference near 1e-4 relative.
-    a, p, _ = _data("in-batch", 32, seed=8, noise=0.2, d=16)
+    a, p, _ = layout_inputs("in-batch", 32, seed=8, noise=0.2, d=16)
     l64 = debiased_info_nce(a, p, temperature=0.01, tau_plus=0.1, reduction="none")
     l32 = debiased_info_nce(a.float(), p.float(), temperature=0.01, tau_plus=0.1, reduction="none")
     assert l32.dtype == torch.float32 and bool(torch.isfinite(l32).all())
@@ -156,7 +138,7 @@ def test_float32_small_temperature_stays_finite_and_accurate():
 
 
 def test_learnable_temperature_receives_a_gradient():
-    a, p, _ = _data("in-batch", 8, seed=9)
+    a, p, _ = layout_inputs("in-batch", 8, seed=9)
     temp = LearnableTemperature(0.5)
     loss_fn = DebiasedInfoNCELoss(temperature=temp, tau_plus=0.1)
     loss_fn(a.float(), p.float()).backward()
@@ -164,7 +146,7 @@ def test_learnable_temperature_receives_a_gradient():
 
 
 def test_module_equals_function_and_shows_its_hyperparameters():
-    a, p, _ = _data("in-batch", 6, seed=10)
+    a, p, _ = layout_inputs("in-batch", 6, seed=10)
     m = DebiasedInfoNCELoss(temperature=0.3, tau_plus=0.05, simclr=True, reduction="none")
     torch.testing.assert_close(
         m(a, p), debiased_info_nce(a, p, temperature=0.3, tau_plus=0.05, simclr=True, reduction="none")
@@ -186,7 +168,7 @@ def test_module_equals_function_and_shows_its_hyperparameters():
     ],
 )
 def test_bad_hyperparameters_raise_named_errors(kw, error, message):
-    a, p, _ = _data("in-batch", 4, seed=11)
+    a, p, _ = layout_inputs("in-batch", 4, seed=11)
     with pytest.raises(error, match=message):
         debiased_info_nce(a, p, **kw)
     with pytest.raises(error, match=message):
@@ -197,7 +179,7 @@ def test_bad_hyperparameters_raise_named_errors(kw, error, message):
 
 
 def test_bad_layouts_raise_named_errors():
-    a, p, negs = _data("shared", 4, seed=12)
+    a, p, negs = layout_inputs("shared", 4, seed=12)
     with pytest.raises(ValueError, match="^simclr=True contrasts the 2N views"):
         debiased_info_nce(a, p, negs, simclr=True)
     with pytest.raises(ValueError, match="^anchor: in-batch negatives need N >= 2"):

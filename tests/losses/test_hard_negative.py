@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from contrastlab.losses import HardNegativeInfoNCELoss, debiased_info_nce, hard_negative_info_nce, info_nce
+from tests.losses._debiased_inputs import LAYOUTS, layout_inputs, mixed_noise
 from tests.losses.reference import debiased_loop
-from tests.losses.test_debiased import LAYOUTS, _data, _mixed
 
 TAU = 0.5
 
@@ -23,7 +23,7 @@ def _loss(a, p, negs, layout, **kw):
 @pytest.mark.parametrize(("tau_plus", "beta"), [(0.1, 0.5), (0.1, 1.0), (0.0, 2.0), (0.3, 1.0)])
 @pytest.mark.parametrize("chunk_size", [None, 3])
 def test_matches_the_paper_loop(layout, tau_plus, beta, chunk_size):
-    a, p, negs = _data(layout, 9, seed=21)
+    a, p, negs = layout_inputs(layout, 9, seed=21)
     got = _loss(
         a, p, negs, layout, temperature=TAU, tau_plus=tau_plus, beta=beta, reduction="none", chunk_size=chunk_size
     )
@@ -34,7 +34,7 @@ def test_matches_the_paper_loop(layout, tau_plus, beta, chunk_size):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
-    a, p, negs = _data(layout, 10, seed=22, noise=_mixed(10))
+    a, p, negs = layout_inputs(layout, 10, seed=22, noise=mixed_noise(10))
     want, clamped = debiased_loop(a, p, negs, TAU, 0.4, 1.0, layout == "simclr", True)
     assert any(clamped) and not all(clamped), clamped  # both branches are exercised by these inputs
     got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.4, beta=1.0, reduction="none", chunk_size=chunk_size)
@@ -43,7 +43,7 @@ def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_beta_zero_is_the_debiased_loss(layout):
-    a, p, negs = _data(layout, 8, seed=23)
+    a, p, negs = layout_inputs(layout, 8, seed=23)
     kw = {"temperature": TAU, "tau_plus": 0.1, "simclr": layout == "simclr", "reduction": "none"}
     torch.testing.assert_close(
         hard_negative_info_nce(a, p, negs, beta=0.0, **kw), debiased_info_nce(a, p, negs, **kw), rtol=0, atol=0
@@ -58,7 +58,7 @@ def test_beta_zero_is_the_debiased_loss(layout):
 
 @pytest.mark.parametrize("layout", ["in-batch", "shared", "per-anchor"])
 def test_beta_zero_tau_plus_zero_is_info_nce(layout):
-    a, p, negs = _data(layout, 8, seed=24)
+    a, p, negs = layout_inputs(layout, 8, seed=24)
     torch.testing.assert_close(
         hard_negative_info_nce(a, p, negs, temperature=TAU, tau_plus=0.0, beta=0.0),
         info_nce(a, p, negs, temperature=TAU),
@@ -72,7 +72,7 @@ def test_loss_grows_with_beta(layout):
     # d/dβ log(Σ e^{(1+β)S}/Σ e^{βS}) = E_{q_{1+β}}[S] − E_{q_β}[S] ≥ 0 (a tilted mean grows with the tilt),
     # and the clamp and log(e^{S⁺} + g) are nondecreasing in the estimate: every row's loss is nondecreasing
     # in β. The slack 1e-12 covers rounding where two values are equal (clamped rows).
-    a, p, negs = _data(layout, 9, seed=25)
+    a, p, negs = layout_inputs(layout, 9, seed=25)
     rows = [
         _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.1, beta=b, reduction="none")
         for b in (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
@@ -85,7 +85,7 @@ def test_loss_grows_with_beta(layout):
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_gradcheck_float64(layout, chunk_size):
-    a, p, negs = _data(layout, 5, seed=26, noise=0.5)
+    a, p, negs = layout_inputs(layout, 5, seed=26, noise=0.5)
     leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
     leaves.append(torch.tensor(0.4, dtype=torch.float64, requires_grad=True))  # a learnable τ
 
@@ -100,7 +100,7 @@ def test_gradcheck_float64(layout, chunk_size):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_dense_equals_tiled_with_gradients(layout):
-    a, p, negs = _data(layout, 13, seed=27, noise=0.5)
+    a, p, negs = layout_inputs(layout, 13, seed=27, noise=0.5)
     out = []
     for chunk_size in (None, 4):
         x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
@@ -112,7 +112,7 @@ def test_dense_equals_tiled_with_gradients(layout):
 
 
 def test_module_equals_function_and_shows_its_hyperparameters():
-    a, p, _ = _data("in-batch", 6, seed=28)
+    a, p, _ = layout_inputs("in-batch", 6, seed=28)
     m = HardNegativeInfoNCELoss(temperature=0.3, tau_plus=0.05, beta=0.7)
     torch.testing.assert_close(m(a, p), hard_negative_info_nce(a, p, temperature=0.3, tau_plus=0.05, beta=0.7))
     assert "beta=0.7" in repr(m) and "tau_plus=0.05" in repr(m)
@@ -129,7 +129,7 @@ def test_module_equals_function_and_shows_its_hyperparameters():
     ],
 )
 def test_bad_hyperparameters_raise_named_errors(kw, error, message):
-    a, p, _ = _data("in-batch", 4, seed=29)
+    a, p, _ = layout_inputs("in-batch", 4, seed=29)
     for gather in (False, True):  # gather=True: through the agree-before-collective check
         with pytest.raises(error, match=message):
             hard_negative_info_nce(a, p, gather=gather, **kw)
@@ -157,7 +157,7 @@ def test_dense_logits_beyond_the_budget_are_tiled(monkeypatch, beta, tiles):
     monkeypatch.setattr(tiled, "DENSE_MEMORY_BUDGET_BYTES", 4096)
     monkeypatch.setattr(tiled, "dense_row_lse", count("dense", dense))
     monkeypatch.setattr(tiled, "tiled_lse", count("tiled", tiled_lse))
-    a, p, _ = _data("in-batch", 16, seed=30)
+    a, p, _ = layout_inputs("in-batch", 16, seed=30)
     loss = hard_negative_info_nce(a.requires_grad_(), p, beta=beta)
     loss.backward()
     assert (calls["tiled"] > 0, calls["dense"] > 0) == (tiles, not tiles), calls

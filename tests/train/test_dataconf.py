@@ -100,3 +100,13 @@ def test_config_files_that_do_not_parse(tmp_path: Path) -> None:
 def test_field_docs_reads_docstrings() -> None:
     docs = field_docs(OptimConfig)
     assert docs["lr"].startswith("peak learning rate") and set(docs) == {f for f in to_dict(OptimConfig())}
+
+
+def test_field_docs_reads_inherited_docstrings_and_lets_a_subclass_redefine_one() -> None:
+    from contrastlab.experiments import progressive_violation
+    from contrastlab.experiments._latent_cl import LatentTraining
+
+    docs = field_docs(progressive_violation.Config)
+    assert set(docs) == set(to_dict(progressive_violation.Config()))  # every field, inherited ones included
+    assert docs["lr"] == field_docs(LatentTraining)["lr"] == "Adam learning rate"
+    assert docs["hidden"] == "MLP encoder widths (the paper's 10-D encoder)" != field_docs(LatentTraining)["hidden"]

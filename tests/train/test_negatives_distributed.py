@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 from _negatives_dist import LOSSES, runs, worker
+
+from tests._spawn import spawn_ranks
 
 
 def _rel(x: torch.Tensor, y: torch.Tensor) -> float:
@@ -23,7 +24,7 @@ def single() -> dict:
 @pytest.mark.distributed
 @pytest.mark.parametrize("world", [2, 4])
 def test_cached_gathered_steps_on_gloo_ranks_equal_one_process(single, tmp_path: Path, world: int):
-    mp.spawn(worker, args=(world, os.path.join(tmp_path, "init"), str(tmp_path), 2), nprocs=world, join=True)
+    spawn_ranks(worker, (world, os.path.join(tmp_path, "init"), str(tmp_path), 2), world)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(world)]
     # float64 throughout; the ranks sum the same terms in another order (rounding ~1e-16 relative),
     # amplified at most by the few optimiser steps of the queue runs

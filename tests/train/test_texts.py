@@ -95,16 +95,25 @@ def test_every_loss_trains_a_text_encoder_or_is_refused_by_name(name: str, tmp_p
 
 @pytest.mark.parametrize("name", NEGATIVE_LOSSES)
 def test_negative_columns_reach_every_loss_that_takes_negatives(name: str, pairs_file: Path, bert: Path) -> None:
+    # float64 and eval mode (no dropout): the objective and the references below embed the same rows
+    # alike, up to rounding (~1e-15 relative per operation; 1e-10 is far above it, far below any change)
     cfg = job(pairs_file, bert, name=name, temperature=0.5)
     source = DATA_BUILDERS["text"](cfg)
     torch.manual_seed(0)
-    model = build_encoder(cfg, source)
-    batch = source.batch_at(0)
-    loss = make_loss_fn(cfg)(model, batch)
+    model = build_encoder(cfg, source).double().eval()
+    objective, batch = make_loss_fn(cfg), source.batch_at(0)
+    loss = objective(model, batch)
     loss.backward()
     assert torch.isfinite(loss) and batch["negatives"].shape[:2] == (4, 1)
-    without = make_loss_fn(cfg)(model, {k: v for k, v in batch.items() if k != "negatives"})
-    assert float(loss) != float(without)  # the negatives entered the loss
+    rows = objective.rows(batch)  # anchors, positives and the negative column in one stack
+    assert rows.shape[0] == 12
+    fn = loss_registry()[name]
+    with torch.no_grad():
+        emb = embed(model, rows)
+        a, p, negs = emb[:4], emb[4:8], emb[8:].reshape(4, 1, -1)  # row i's own negative text: (N, K = 1, D)
+        without = objective(model, {k: v for k, v in batch.items() if k != "negatives"})
+        torch.testing.assert_close(loss.detach(), fn(a, p, negs, temperature=0.5), rtol=1e-10, atol=0)
+        torch.testing.assert_close(without, fn(a, p, temperature=0.5), rtol=1e-10, atol=0)  # in-batch negatives
 
 
 def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
