@@ -171,24 +171,25 @@ _U32 = 2.0**-24
 )
 @pytest.mark.parametrize("m", [16, 150, 4096])
 def test_softplus_row_sums_within_the_stated_float32_bound(low, high, m):
-    """The product recurrence against float64 ``Σ_j log1p(x_ij)`` on the same float32 ``x = eᴸ``.
+    """The product recurrence against float64 ``Σ_j log1p(1/y_ij)`` on the same float32 ``y = e⁻ᴸ``.
 
     Bound (first order in u): ``s`` gathers ≤ _SLICES − 1 steps of three roundings of non-negative terms,
     ``log1p`` adds ≤ 2 u (condition number ≤ 1), and the float32 sum of c = ⌈M / 16⌉ non-negative terms
     ≤ (c − 1) u; so the relative error is ≤ (3 · 15 + 2 + c − 1) u, doubled for the second-order terms.
-    ``L < −103`` underflows to ``x = 0`` exactly, which the recurrence and log1p carry exactly. The
-    naive ``log Π (1 + x)`` is shown to miss this bound on SigLIP's negatives.
+    (``1/y`` adds one more rounding, within the doubling.) ``L < −88`` overflows to ``y = inf``, whose
+    term ``1/y = 0`` is carried exactly. The naive ``log Π (1 + eᴸ)`` is shown to miss this bound on
+    SigLIP's negatives.
     """
     g = torch.Generator().manual_seed(m)
     logits = low + (high - low) * torch.rand(8, m, generator=g)
-    x = logits.exp()  # float32, ≥ 0
-    got = siglip_module._softplus_row_sums(x, torch.empty(8, -(-m // siglip_module._SLICES)))
-    ref = torch.log1p(x.double()).sum(dim=1)
+    y = (-logits).exp()  # float32, > 0 or inf
+    got = siglip_module._softplus_row_sums(y, torch.empty(8, 2 * -(-m // siglip_module._SLICES)))
+    ref = torch.log1p(y.double().reciprocal()).sum(dim=1)
     c = -(-m // siglip_module._SLICES)
     bound = 2 * (3 * (siglip_module._SLICES - 1) + 2 + c - 1) * _U32
     assert float(((got.double() - ref).abs() / ref).max()) <= bound
     if (low, high) == (-10.5, -9.5) and m == 4096:
-        naive = torch.log((1 + x).prod(dim=1))  # 1 + x rounds: each x ≈ 4.5e-5 is kept to about 1e-3
+        naive = torch.log((1 + logits.exp()).prod(dim=1))  # 1 + eᴸ rounds: each eᴸ ≈ 4.5e-5 kept to about 1e-3
         assert float(((naive.double() - ref).abs() / ref).max()) > bound
 
 
