@@ -66,8 +66,8 @@ def _mask_entries(mask: Tensor, col_offset: int) -> tuple[Tensor, Tensor] | None
         rows, cols = idx[:, 0], idx[:, 1]
     else:
         words = mask.view(torch.int64)  # (N, M / 8): a word is nonzero iff one of its 8 entries is set
-        nzw = words.nonzero()  # (W, 2): row, word
-        if nzw.shape[0] * 8 > mask.numel() // _SPARSE_FRACTION:
+        nzw = _nonzero_words(words, mask.numel() // (8 * _SPARSE_FRACTION))  # (W, 2): row, word
+        if nzw is None:
             return None
         first = nzw[:, 1] * 8  # (W,): the first column of each word
         cells = mask[nzw[:, 0, None], first[:, None] + torch.arange(8, device=mask.device)]  # (W, 8) bool
@@ -75,6 +75,30 @@ def _mask_entries(mask: Tensor, col_offset: int) -> tuple[Tensor, Tensor] | None
         rows, cols = nzw[sub[:, 0], 0], first[sub[:, 0]] + sub[:, 1]
     keep = cols != rows + col_offset
     return rows[keep].contiguous(), cols[keep].contiguous()
+
+
+def _nonzero_words(words: Tensor, limit: int) -> Tensor | None:
+    """``words.nonzero()`` (W, 2), row-major, when W ≤ ``limit``; ``None`` when W > ``limit``.
+
+    ``nonzero`` runs on one thread, so the (N, V) words are first reduced by a parallel element-wise
+    maximum of each row's eight contiguous eighths (the bytes of a bool tensor are 0 or 1, so every word
+    is ≥ 0 and a maximum is nonzero iff one of its words is): ``nonzero`` then reads an (N, V/8) array,
+    and only the nonzero groups (words ``v, v + V/8, …, v + 7V/8``) are expanded into their words. A mask
+    whose nonzero groups could hold more than ``limit`` words is decided on the words themselves, so the
+    answer is always that of ``words.nonzero()``.
+    """
+    n, n_words = words.shape
+    if n_words % 8 == 0:
+        eighth = n_words // 8
+        groups = words.view(n, 8, eighth).amax(dim=1).nonzero()  # (G, 2): row, group
+        if groups.shape[0] * 8 <= limit:
+            idx = groups[:, 1, None] + eighth * torch.arange(8, device=words.device)  # (G, 8): their words
+            sub = words[groups[:, 0, None], idx].nonzero()  # (W, 2): group, member
+            rows, cols = groups[sub[:, 0], 0], idx[sub[:, 0], sub[:, 1]]
+            order = torch.argsort(rows * n_words + cols)  # row-major, as words.nonzero() is
+            return torch.stack([rows[order], cols[order]], dim=1)
+    nzw = words.nonzero()
+    return None if nzw.shape[0] > limit else nzw
 
 
 def _sweep(

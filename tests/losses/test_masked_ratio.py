@@ -92,3 +92,34 @@ def test_duplicates_as_a_list_of_entries_read_by_words(variant):
         grads.append((loss.detach(), x.grad, y.grad))
     for got, want in zip(grads[0], grads[1], strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-13)
+
+
+def _sparse_mask(kind):
+    g = torch.Generator().manual_seed(len(kind))
+    if kind == "duplicates":  # rows 2i and 2i + 1 share a label, at a size where the groups are sparse
+        label = torch.arange(2048) // 2
+        return label[:, None] == label[None, :]
+    if kind.startswith("few"):  # a handful of entries in a (128, 256) mask
+        mask = torch.zeros(128, 256, dtype=torch.bool)
+        count = int(kind[3:])
+        mask[torch.randint(0, 128, (count,), generator=g), torch.randint(0, 256, (count,), generator=g)] = True
+        return mask
+    if kind == "empty":
+        return torch.zeros(64, 64, dtype=torch.bool)
+    if kind == "dense":
+        return torch.rand(64, 128, generator=g) < 0.3
+    return torch.rand(160, 160, generator=g) < 0.002  # 20 words per row: not a multiple of 8 groups
+
+
+@pytest.mark.parametrize("kind", ["duplicates", "few5", "few40", "empty", "dense", "odd"])
+def test_grouped_nonzero_words_equal_nonzero(kind):
+    """The grouped reading of the mask's words returns exactly ``words.nonzero()``, or None past the limit."""
+    mask = _sparse_mask(kind)
+    words = mask.view(torch.int64)
+    limit = mask.numel() // (8 * masked_ratio._SPARSE_FRACTION)
+    want = words.nonzero()
+    got = masked_ratio._nonzero_words(words, limit)
+    if want.shape[0] > limit:
+        assert got is None
+    else:
+        assert got is not None and torch.equal(got, want)
