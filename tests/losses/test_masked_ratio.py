@@ -45,6 +45,37 @@ def test_mean_gradient_equals_the_general_path(variant, use, density):
     torch.testing.assert_close(gp1, gp2, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("kind", ["random", "duplicates"])  # a masked copy of each block; a list of entries
+@pytest.mark.parametrize("variant", ["infonce", "dcl"])
+@pytest.mark.parametrize("use", ["mask", "weights", "both"])
+def test_several_ragged_blocks_equal_one_block(monkeypatch, variant, use, kind):
+    """Blocks of 3 rows (6 when E is the only block), neither dividing N = 160: loss and gradients unchanged."""
+    n = 160
+    a, p, mask, w = _data(n, seed=9)
+    if kind == "duplicates":  # rows 2i and 2i + 1 share a label: few enough 8-column words for the entry list
+        label = torch.arange(n) // 2
+        mask = label[:, None] == label[None, :]
+        assert masked_ratio._mask_entries(mask, 0) is not None
+    mask = mask if use != "weights" else None
+    w = w if use != "mask" else None
+    dcl = variant == "dcl"
+    if dcl and mask is not None and kind == "random":
+        mask[:, 0] = False  # keep a negative in every row
+    results = []
+    for block_bytes in (masked_ratio._BLOCK_BYTES, 3 * n * 8):  # float64 rows of n candidates
+        monkeypatch.setattr(masked_ratio, "_BLOCK_BYTES", block_bytes)
+        for row_w in (torch.ones(n, dtype=torch.float64), torch.linspace(0, 2, n, dtype=torch.float64)):
+            q = tiled.normalize_scale(a, 1 / TAU).detach().requires_grad_()  # equal row weights: the gradient
+            k = tiled.normalize_scale(p).detach().requires_grad_()  # made ahead; unequal: recomputed
+            out = masked_log_ratio(q, k, positive_mask=mask, weights=w, dcl=dcl, diagonal=(q * k).sum(dim=1))
+            assert out is not None
+            (out * row_w).sum().backward()
+            results.append((out.detach(), q.grad, k.grad))
+    for one, several in zip(results[:2], results[2:], strict=True):
+        for u, v in zip(one, several, strict=True):
+            torch.testing.assert_close(v, u, rtol=1e-12, atol=1e-15)
+
+
 @pytest.mark.parametrize("density", [0.3, 0.06])  # 0.06: one or two entries of 25, the list of entries
 @pytest.mark.parametrize("dcl", [False, True])
 @pytest.mark.parametrize("use", ["mask", "weights", "both"])
