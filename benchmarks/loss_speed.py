@@ -73,6 +73,7 @@ def big_row(here: str, n: int, args: argparse.Namespace) -> list[str]:
             row.append("—")
             continue
         argv = [here, "--child", str(n), "--child-impl", impl, "--dim", str(args.dim), "--threads", str(args.threads)]
+        argv += ["--clock", args.clock]
         res = C.run_child([*argv, *extra])
         if "error" in res:
             row.append(res["error"])
@@ -84,15 +85,15 @@ def big_row(here: str, n: int, args: argparse.Namespace) -> list[str]:
     return row
 
 
-def child(n: int, impl: str, d: int, block: int | None) -> None:
-    """One forward + backward of ``impl`` at size N (its time and peak RSS), then the matmul limit; JSON out."""
+def child(n: int, impl: str, d: int, block: int | None, clock: str) -> None:
+    """One forward + backward of ``impl`` at size N (its time on ``clock`` and peak RSS), then the matmul limit."""
     a, p = C.make_inputs(n, d)
     step = C.make_step(impl, a, p, block)
-    seconds = C.time_once(step)
+    seconds = C.time_once(step, clock)
     peak = C.peak_rss_bytes()  # before the limit's stripes are allocated
     lim_fn, scale = C.matmul_limit_fn(n, d)
     lim_fn()  # warm-up stripe
-    limit = C.median([C.time_once(lim_fn) for _ in range(3)]) * scale
+    limit = C.median([C.time_once(lim_fn, clock) for _ in range(3)]) * scale
     print(json.dumps({"seconds": seconds, "peak": peak, "limit": limit}))
 
 
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
     C.set_threads(args.threads)
     if args.child:
-        child(args.child, args.child_impl, args.dim, args.block)
+        child(args.child, args.child_impl, args.dim, args.block, args.clock)
         return 0
     print(f"machine: {C.machine()}")
     print(f"command: python benchmarks/loss_speed.py {' '.join(argv if argv is not None else sys.argv[1:])}")

@@ -12,9 +12,11 @@ shift ``c_i`` cancels in the ratio. Its gradient is
     ∂ℓ_i/∂S_ij = Wd_ij E_ij / den_i − Wn_ij E_ij / num_i        (Wd, Wn the two weight patterns),
 
 formed in place on the block, after which ``∂Q = G K`` and ``∂K += Gᵀ Q`` run on it while it is still in
-cache: three GEMMs per block, as for the unmasked loss (:func:`contrastlab.losses.tiled.dense_row_lse`
-with ``grad_ahead``), instead of two weighted sweeps of three GEMMs each plus the (N, M) log-weight
-arrays they need.
+cache. When the positives are the own positive and a list of entries (no dense mask), only those entries of
+the block change, ``E − diag(den/num) P``, and the row factor ``1/den`` scales the (r, D) sides of the two
+GEMMs instead of the block, as the unmasked path does. Three GEMMs per block, as for the unmasked loss
+(:func:`contrastlab.losses.tiled.dense_row_lse` with ``grad_ahead``), instead of two weighted sweeps of
+three GEMMs each plus the (N, M) log-weight arrays they need.
 
 The forward makes the gradient for an upstream gradient that is the same for every row (what a mean
 or a sum sends); the backward scales it then, and otherwise sweeps again with the rows weighted, so the
@@ -37,7 +39,8 @@ from contrastlab.losses import tiled
 __all__ = ["masked_log_ratio"]
 
 # Rows per block: the sweep holds up to three blocks (E, its positive part, the scaled weights), each of
-# about 8 MiB, so that together they stay in cache.
+# about 8 MiB, so that together they stay in cache; a sweep that needs E alone (no weights, and the
+# positives as a list of entries) uses one block of twice that, as the unmasked path does.
 _BLOCK_BYTES = 1 << 23
 # A mask with at most one entry in this many set (counted in 8-column words, see _mask_entries) is handled
 # as a list of entries, gathered and scattered per block, rather than by a masked copy of every block: a few
@@ -66,8 +69,8 @@ def _mask_entries(mask: Tensor, col_offset: int) -> tuple[Tensor, Tensor] | None
         rows, cols = idx[:, 0], idx[:, 1]
     else:
         words = mask.view(torch.int64)  # (N, M / 8): a word is nonzero iff one of its 8 entries is set
-        nzw = words.nonzero()  # (W, 2): row, word
-        if nzw.shape[0] * 8 > mask.numel() // _SPARSE_FRACTION:
+        nzw = _nonzero_words(words, mask.numel() // (8 * _SPARSE_FRACTION))  # (W, 2): row, word
+        if nzw is None:
             return None
         first = nzw[:, 1] * 8  # (W,): the first column of each word
         cells = mask[nzw[:, 0, None], first[:, None] + torch.arange(8, device=mask.device)]  # (W, 8) bool
@@ -75,6 +78,30 @@ def _mask_entries(mask: Tensor, col_offset: int) -> tuple[Tensor, Tensor] | None
         rows, cols = nzw[sub[:, 0], 0], first[sub[:, 0]] + sub[:, 1]
     keep = cols != rows + col_offset
     return rows[keep].contiguous(), cols[keep].contiguous()
+
+
+def _nonzero_words(words: Tensor, limit: int) -> Tensor | None:
+    """``words.nonzero()`` (W, 2), row-major, when W ≤ ``limit``; ``None`` when W > ``limit``.
+
+    ``nonzero`` runs on one thread, so the (N, V) words are first reduced by a parallel element-wise
+    maximum of each row's eight contiguous eighths (the bytes of a bool tensor are 0 or 1, so every word
+    is ≥ 0 and a maximum is nonzero iff one of its words is): ``nonzero`` then reads an (N, V/8) array,
+    and only the nonzero groups (words ``v, v + V/8, …, v + 7V/8``) are expanded into their words. A mask
+    whose nonzero groups could hold more than ``limit`` words is decided on the words themselves, so the
+    answer is always that of ``words.nonzero()``.
+    """
+    n, n_words = words.shape
+    if n_words % 8 == 0:
+        eighth = n_words // 8
+        groups = words.view(n, 8, eighth).amax(dim=1).nonzero()  # (G, 2): row, group
+        if groups.shape[0] * 8 <= limit:
+            idx = groups[:, 1, None] + eighth * torch.arange(8, device=words.device)  # (G, 8): their words
+            sub = words[groups[:, 0, None], idx].nonzero()  # (W, 2): group, member
+            rows, cols = groups[sub[:, 0], 0], idx[sub[:, 0], sub[:, 1]]
+            order = torch.argsort(rows * n_words + cols)  # row-major, as words.nonzero() is
+            return torch.stack([rows[order], cols[order]], dim=1)
+    nzw = words.nonzero()
+    return None if nzw.shape[0] > limit else nzw
 
 
 def _sweep(
@@ -97,7 +124,9 @@ def _sweep(
         _RowSumUnderflow: a row's numerator or denominator sum is below ``_MIN_ROW_SUM``.
     """
     n, m_cols = q.shape[0], k.shape[0]
-    rows = max(1, _BLOCK_BYTES // (m_cols * q.element_size()))
+    sparse = None if mask is None else _mask_entries(mask, col_offset)
+    blocks = 1 + (weights is not None) + (mask is not None and sparse is None)  # E, scaled weights, positives
+    rows = max(1, _BLOCK_BYTES * (2 if blocks == 1 else 1) // (m_cols * q.element_size()))
     _, diag_shifted, q_op, k_op = tiled._operands(q, k, False, diagonal, col_offset)
     block = min(rows, n)
     buf = q.new_empty(block * m_cols)
@@ -107,7 +136,6 @@ def _sweep(
     if weights is not None:
         w_max = weights.amax(dim=1)
         w_inv = torch.where(w_max > 0, w_max, torch.ones_like(w_max)).reciprocal().unsqueeze(1)
-    sparse = None if mask is None else _mask_entries(mask, col_offset)
     sparse_bounds: list[int] = []
     if sparse is not None:
         starts = torch.arange(0, n + rows, rows, device=q.device).clamp_(max=n)
@@ -154,17 +182,22 @@ def _sweep(
             continue
         g = None if row_grad is None else row_grad[i0:i1]
         r_den = den.reciprocal() if g is None else g / den
-        r_num = num.reciprocal() if g is None else g / num
-        gr = e.mul_(r_den.unsqueeze(1))  # Wd E / den, then − Wn E / num:
-        if pe is not None:
-            gr.addcmul_(pe, r_num.neg().unsqueeze(1))
-        else:
-            gr.diagonal(col_offset + i0).sub_(own_e * r_num)
-            if vals is not None:
-                gr.index_put_((ri, ci), vals * r_num[ri].neg(), accumulate=True)
         assert dq is not None and dk is not None
-        torch.mm(gr, k, out=dq[i0:i1])
-        dk.addmm_(gr.T, q[i0:i1])
+        if pe is not None:
+            r_num = num.reciprocal() if g is None else g / num
+            gr = e.mul_(r_den.unsqueeze(1))  # Wd E / den, then − Wn E / num:
+            gr.addcmul_(pe, r_num.neg().unsqueeze(1))
+            torch.mm(gr, k, out=dq[i0:i1])
+            dk.addmm_(gr.T, q[i0:i1])
+            continue
+        # G = diag(r_den) (E − diag(den/num) P), P the positives' entries: only those entries change, and
+        # the row factor r_den scales the (r, D) sides of the GEMMs instead of the (r, M) block
+        ratio = den / num  # (r,)
+        e.diagonal(col_offset + i0).sub_(own_e * ratio)
+        if vals is not None:
+            e.index_put_((ri, ci), vals * ratio[ri].neg(), accumulate=True)
+        torch.mm(e, k, out=dq[i0:i1]).mul_(r_den.unsqueeze(1))
+        dk.addmm_(e.T, q[i0:i1] * r_den.unsqueeze(1))
     return loss, dq, dk
 
 
@@ -239,7 +272,8 @@ def masked_log_ratio(
         general path. The forward makes the gradient for equal upstream row gradients (a mean or a
         sum); any other upstream gradient is exact too (one more sweep).
 
-    Memory: up to three blocks of rows (about 8 MiB each) plus O((N + M)·D); no N × M tensor.
+    Memory: up to three blocks of rows (about 8 MiB each; one of about 16 MiB when only E is needed) plus
+    O((N + M)·D); no N × M tensor.
     """
     diag = diagonal.detach()
     w = None if weights is None else weights.detach().to(q.dtype)

@@ -1,5 +1,6 @@
 """SigLIP against the paper's pseudocode (naive loops, float64), gradcheck, open_clip, and two gloo ranks."""
 
+import importlib
 import math
 import os
 import tempfile
@@ -11,6 +12,9 @@ import torch.multiprocessing as mp
 
 from contrastlab.losses import LearnableTemperature, SigLIPLoss, siglip
 from tests import peers
+
+# the module (the package's name `siglip` is the function)
+siglip_module = importlib.import_module("contrastlab.losses.siglip")
 
 
 def siglip_loop(a, p, tau, b, normalize):
@@ -155,6 +159,85 @@ def test_float32_streamed_equals_float64_to_rounding():
     got = siglip(a.float(), p.float(), chunk_size=37)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=0)
+
+
+#: float32 unit roundoff u = 2⁻²⁴.
+_U32 = 2.0**-24
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [(-10.5, -9.5), (-30.0, 5.0), (-3.0, 3.0), (-200.0, 2.0)],  # SigLIP's negatives at init; wide; near 0; zeros
+)
+@pytest.mark.parametrize("m", [16, 150, 4096])
+def test_softplus_row_sums_within_the_stated_float32_bound(low, high, m):
+    """The product recurrence against float64 ``Σ_j log1p(1/y_ij)`` on the same float32 ``y = e⁻ᴸ``.
+
+    Bound (first order in u): ``s`` gathers ≤ _SLICES − 1 steps of three roundings of non-negative terms,
+    ``log1p`` adds ≤ 2 u (condition number ≤ 1), and the float32 sum of c = ⌈M / 16⌉ non-negative terms
+    ≤ (c − 1) u; so the relative error is ≤ (3 · 15 + 2 + c − 1) u, doubled for the second-order terms.
+    (``1/y`` adds one more rounding, within the doubling.) ``L < −88`` overflows to ``y = inf``, whose
+    term ``1/y = 0`` is carried exactly. The naive ``log Π (1 + eᴸ)`` is shown to miss this bound on
+    SigLIP's negatives.
+    """
+    g = torch.Generator().manual_seed(m)
+    logits = low + (high - low) * torch.rand(8, m, generator=g)
+    y = (-logits).exp()  # float32, > 0 or inf
+    got = siglip_module._softplus_row_sums(y, torch.empty(8, 2 * -(-m // siglip_module._SLICES)))
+    ref = torch.log1p(y.double().reciprocal()).sum(dim=1)
+    c = -(-m // siglip_module._SLICES)
+    bound = 2 * (3 * (siglip_module._SLICES - 1) + 2 + c - 1) * _U32
+    assert float(((got.double() - ref).abs() / ref).max()) <= bound
+    if (low, high) == (-10.5, -9.5) and m == 4096:
+        naive = torch.log((1 + logits.exp()).prod(dim=1))  # 1 + eᴸ rounds: each eᴸ ≈ 4.5e-5 kept to about 1e-3
+        assert float(((naive.double() - ref).abs() / ref).max()) > bound
+
+
+def _siglip_and_grads(a, p, **kw):
+    a, p = a.clone().requires_grad_(), p.clone().requires_grad_()
+    loss = siglip(a, p, reduction="none", **kw)
+    loss.sum().backward()
+    return loss.detach(), a.grad, p.grad
+
+
+@pytest.mark.parametrize(
+    ("tau", "b", "scale"),
+    [(0.01, 0.0, 1.0), (1.0, 6.5, 1.0)],  # positives' logits ≈ 100 > 88 (eᴸ overflows); 16 softplus ≈ 6.5 each
+)
+def test_blocks_whose_products_overflow_are_recomputed_exactly(monkeypatch, tau, b, scale):
+    """float32 blocks with overflowing products take the exact fallback and match float64 (the fast path).
+
+    Tolerance: the float32 logits carry the GEMM's rounding, ≤ D u |L|_max ≈ 1e-4 absolute at |L| ≤ 107,
+    which the loss (a sum of softplus values minus the positive's logit) and σ pass on.
+    """
+    calls = []
+    exact = siglip_module._exact_block
+
+    def counted(lg, diag_col, grad):
+        calls.append(diag_col)
+        return exact(lg, diag_col, grad)
+
+    monkeypatch.setattr(siglip_module, "_exact_block", counted)
+    a, p = _pair(64, 16, seed=12)
+    ref = _siglip_and_grads(a, p, temperature=tau, bias=b, chunk_size=16)
+    assert calls == []  # float64: e^L stays finite up to L = 709
+    got = _siglip_and_grads(a.float(), p.float(), temperature=tau, bias=b, chunk_size=16)
+    assert calls  # some float32 blocks overflowed
+    for u, v in zip(got, ref, strict=True):
+        torch.testing.assert_close(u.double(), v, rtol=1e-5, atol=2e-4)
+
+
+def test_float32_gradients_equal_float64_at_the_papers_init():
+    """At t = 10, b = −10 the float32 gradient equals float64's to 1e-5 in relative norm.
+
+    Each logit carries the float32 GEMM's rounding (≤ D u |q||k| = 128 · 6e-8 · 10 ≈ 8e-5, typically
+    √D of that), which moves σ by σ(1 − σ) times as much; every other step adds a few u.
+    """
+    a, p = _pair(300, 16, seed=13)
+    ref = _siglip_and_grads(a, p, chunk_size=37)
+    got = _siglip_and_grads(a.float(), p.float(), chunk_size=37)
+    for u, v in zip(got[1:], ref[1:], strict=True):
+        assert float((u.double() - v).norm() / v.norm()) <= 1e-5
 
 
 @pytest.mark.parametrize(
