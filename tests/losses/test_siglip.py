@@ -8,10 +8,10 @@ import tempfile
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from contrastlab.losses import LearnableTemperature, SigLIPLoss, siglip
 from tests import peers
+from tests._spawn import spawn_ranks
 
 # the module (the package's name `siglip` is the function)
 siglip_module = importlib.import_module("contrastlab.losses.siglip")
@@ -309,7 +309,7 @@ def test_gather_over_two_ranks_is_exact():
     loss = siglip(a, p, temperature=tau, bias=b)
     loss.backward()
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(_worker, args=(world, os.path.join(tmp, "init"), tmp, n), nprocs=world, join=True)
+        spawn_ranks(_worker, (world, os.path.join(tmp, "init"), tmp, n), world)
         parts = [torch.load(os.path.join(tmp, f"{r}.pt"), weights_only=True) for r in range(world)]
     torch.testing.assert_close(torch.stack([q["share"] for q in parts]).mean(), loss.detach(), rtol=1e-12, atol=0)
     torch.testing.assert_close(torch.cat([q["ga"] for q in parts]) / world, a.grad, rtol=1e-10, atol=1e-14)
