@@ -44,8 +44,9 @@ from contrastlab.worlds.mixing import make_mixing
 
 #: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
 PAPERS: tuple[str, ...] = (
-    # longest first (quick-run wall times measured together on 2 cores: 367, 209, 127, 126, 123, 109, 78,
-    # 41, 8, 6, 4 s), so that the two workers, each taking the next one free, finish together
+    # roughly longest first, so that the two workers, each taking the next one free, finish together (the
+    # quick runs' wall times, two at a time on 2 cores, in this order: 327, 155, 128, 68, 50, 33, 80, 19, 6,
+    # 10, 4 s; the demo's wall time is bounded below by the first)
     "augmentation-diversity",  # Zaliaduonis et al. §4.3: augmentation regimes × encoder architectures
     "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
     "text-finetune",  # a real model on real text: audit all-MiniLM-L6-v2, fine-tune it, audit it again

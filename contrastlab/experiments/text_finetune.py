@@ -314,10 +314,12 @@ def run(config: Config, out_dir: Path) -> dict:
         f"({results['pretrained']['metrics']['num_queries']:.0f} test queries): pretrained "
         f"{metrics['pretrained_recall@1']:.3f}, "
         + ", ".join(
-            f"{n} {metrics[f'{n}_recall@1']:.3f} (seed s.d. {metrics[f'{n}_recall@1_seed_sd']:.3f})"
+            f"{n} {metrics[f'{n}_recall@1']:.3f}"
+            + (f" (seed s.d. {metrics[f'{n}_recall@1_seed_sd']:.3f})" if len(config.seeds) > 1 else "")
             for n in config.losses
         )
-        + f" (mean over {len(config.seeds)} seed(s)); intervals in the tables."
+        + (f" (mean over {len(config.seeds)} seeds)" if len(config.seeds) > 1 else " (one seed)")
+        + "; intervals in the tables."
     )
     columns = ["model", "R@1", mrr_key.upper()]
     audit_rows = [[tag, *(res["metrics"].get(k) for k, _ in _AUDIT_COLUMNS)] for tag, res in results.items()]
