@@ -109,7 +109,7 @@ def part_step(args: argparse.Namespace) -> None:
     """Trainer steps with ContrastlabLoss(InfoNCELoss) against MultipleNegativesRankingLoss."""
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.losses import MultipleNegativesRankingLoss
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
 
     from contrastlab.adapters.sentence_transformers import ContrastlabLoss
     from contrastlab.data.text_pairs import TextPairs
@@ -156,6 +156,7 @@ def part_step(args: argparse.Namespace) -> None:
                 trainer = SentenceTransformerTrainer(
                     model=model, args=targs, train_dataset=dataset, loss=make(model), callbacks=[timer]
                 )
+                trainer.remove_callback(PrinterCallback)  # the end-of-training summary line, once per run
                 trainer.train()
                 if r > 0:
                     times[name] += timer.times
@@ -238,6 +239,8 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="audit: write --pairs-file and stop")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
+    if args.repeats < 1 or (args.part == "step" and args.steps * args.repeats < 2):
+        parser.error("--repeats must be >= 1, and --steps × --repeats >= 2 for --part step (its quartiles)")
     set_threads(args.threads)
     {"encode": part_encode, "step": part_step, "audit": part_audit}[args.part](args)
 
