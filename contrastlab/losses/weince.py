@@ -59,8 +59,10 @@ With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by
 ``info_nce`` themselves, so it equals them bit for bit; the mixing code with a vanishing λ agrees
 with them to rounding (tested).
 
-Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one GEMM for the cosines,
-a tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
+Computation, SimCLR's views: while the 2N × 2N matrix fits one block of
+:data:`~contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
+with a fixed τ and no auxiliary terms, the **fused single-block kernel**: one GEMM for the cosines, a
+tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
 float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
 one fused autograd function, :class:`_WeinceSimCLR`, on the raw views, their normalised form and the
 shortfalls 1 − s (the row maximum of ℓ is known from the row's largest cosine, so no pass finds it; the
@@ -69,20 +71,26 @@ dimension and the Weibit exponent costs three vectorised passes). When the rows 
 or a sum, the fused function also forms the gradient in its forward, through the normalisation, while
 its two (2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)``
 does for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of two passes and two
-GEMMs. A learnable τ, the auxiliary terms or gathered candidates use the logits s/τ of the local
-views against every candidate with their autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
+GEMMs. Otherwise (larger batches, ``chunk_size``, gathered candidates, a learnable τ, the auxiliary
+terms) the **streamed kernel** (:mod:`contrastlab.losses.weince_stream`): a statistics sweep and a loss
+sweep over blocks of anchors against all 2N views, memory O(N·D + N·chunk), the same statistics (each
+anchor's tail is selected from its complete row) and the same loss to rounding. Explicit negatives use
+the logits s/τ of the anchors against their candidates with their autograd graph and
+:class:`_MixedCrossEntropy` (plain autograd for a learnable τ).
 
 Under torch.distributed (``gather=True``) each rank computes the single-process WEINCE of the global
-batch restricted to its own rows, through the same code: the raw rows of every rank are gathered with
-exact gradients and normalised locally (so the float64 recomputation near the endpoint sees the same
-inputs as one process); local view-a row i is candidate ``offset + i``, its positive ``N + offset + i``;
+batch restricted to its own rows, through the streamed kernel: the raw rows of every rank are gathered
+with exact gradients and normalised locally (so the float64 recomputation near the endpoint sees the
+same inputs as one process, and every rank's crowded views are gathered so that the same shortfalls are
+recomputed); local view-a row i is candidate ``offset + i``, its positive ``N + offset + i``;
 the per-anchor tails come from each local anchor's 2N − 2 global negatives; the pivot ρ_0 is the
 q-order statistic of every rank's ρ (gathered without gradient); the global β_t fits the pooled k_tail
 largest negatives of every rank, so its EMA state advances identically everywhere. Shared negatives
 are gathered into one set, per-anchor negatives stay local. In one process every gather does nothing.
 
 Files: the options (:mod:`contrastlab.losses.weince_options`), the tail statistics
-(:mod:`contrastlab.losses.weince_tail`) and the fused kernels (:mod:`contrastlab.losses.weince_kernels`).
+(:mod:`contrastlab.losses.weince_tail`), the fused kernels (:mod:`contrastlab.losses.weince_kernels`)
+and the streamed one (:mod:`contrastlab.losses.weince_stream`).
 """
 
 from __future__ import annotations
@@ -671,7 +679,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
-        dot_rows = max(1, STREAM_BLOCK_BYTES // (idx.shape[1] * views.shape[1] * itemsize))
+        dot_rows = min(rows, max(1, STREAM_BLOCK_BYTES // (idx.shape[1] * views.shape[1] * itemsize)))
         p_logits = gather_dot(local * inv_t, views, idx, rows=dot_rows)
         w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
         aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
