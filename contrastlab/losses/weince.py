@@ -679,8 +679,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
-        dot_rows = min(rows, max(1, STREAM_BLOCK_BYTES // (idx.shape[1] * views.shape[1] * itemsize)))
-        p_logits = gather_dot(local * inv_t, views, idx, rows=dot_rows)
+        p_logits = gather_dot(local * inv_t, views, idx, rows=rows)
         w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
         aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
         loss = loss + o.aux_weight * aux

@@ -12,8 +12,9 @@ the 2N × 2N matrix):
    kernel selects: a block holds whole rows, so no running top-k is needed per anchor) and fitted at
    once (:func:`contrastlab.losses.weince_tail._tail_fits`); only the fits (four numbers per anchor)
    are kept. The global β_t's tail is the one statistic over the whole matrix: a running pool of the
-   k_tail largest negatives of every block seen (k_tail = max(min_tail, tail_frac·(number of
-   negatives)), merged with each block's own k_tail largest), and the top-M indices of the auxiliary
+   k largest negatives of every block seen (k = max(min_tail, tail_frac·(number of negatives)); each
+   block adds its own k largest and the pool is cut back to k whenever it has doubled), so it holds
+   tail_frac of all negatives, the one quantity that grows as N²; the top-M indices of the auxiliary
    terms are each row's own. After the sweep the pivot ρ_0 and λ follow.
 2. **Loss** (:class:`_WeinceStream`): per block of anchors the shortfalls 1 − s, laid out
    candidates × anchors (so each per-anchor coefficient is a row vector along the inner dimension,
@@ -120,8 +121,8 @@ def streamed_tail(
     dtype = local.dtype
     buf = local.new_empty(min(rows, r) * c)
     fits: list[_TailFits] = []
-    s_max, crowded, top_idx = [], [], []
-    pool: Tensor | None = None
+    s_max, crowded, top_idx, parts = [], [], [], []
+    held = 0  # values in the pool's parts
     for i0 in range(0, r, rows):
         i1 = min(r, i0 + rows)
         cos = torch.mm(local[i0:i1], views.T, out=_flat_block(buf, i1 - i0, c))  # (b, C)
@@ -132,12 +133,12 @@ def streamed_tail(
         cos[ar, pc] = float("-inf")
         if top_m:
             top_idx.append(torch.topk(cos, k=top_m, dim=1).indices)
-        if pool_k:
-            flat = cos.view(-1)
-            part = torch.topk(flat, k=min(pool_k, (i1 - i0) * (c - 2)), sorted=False).values
-            pool = part if pool is None else torch.cat([pool, part])
-            if pool.numel() > pool_k:
-                pool = torch.topk(pool, k=pool_k, sorted=False).values
+        if pool_k:  # the block's pool_k largest (its −inf entries may come along: they are never fitted)
+            parts.append(_largest(cos.flatten(), pool_k))  # a copy: the selection below reorders the block
+            held += parts[-1].numel()
+            if held >= 2 * pool_k:  # amortised: cut back to pool_k once the pool has doubled
+                parts = [_largest(torch.cat(parts), pool_k, inplace=True)]
+                held = pool_k
         top = _top_values(cos, k_tail, inplace=True)  # the block's buffer is the working copy
         rows_c = _crowded_rows(top, dtype)
         if rows_c.numel():  # float64 cosines for these anchors: their shortfalls keep their digits
@@ -154,9 +155,25 @@ def streamed_tail(
         _concat_fits(fits),
         torch.cat(s_max),
         torch.cat(crowded) if crowded else none,
-        pool,
+        _largest(torch.cat(parts), pool_k, inplace=True) if parts else None,
         torch.cat(top_idx) if top_idx else None,
     )
+
+
+def _largest(x: Tensor, k: int, *, inplace: bool = False) -> Tensor:
+    """The ``k`` largest entries of the 1-d ``x`` (all of them when it has fewer), in no particular order.
+
+    On the CPU a numpy partition (of ``x`` itself with ``inplace``, else of a copy), which needs no
+    index array (``torch.topk`` returns int64 indices: twice the values' bytes in float32); elsewhere
+    ``torch.topk``.
+    """
+    if x.numel() <= k:
+        return x if inplace else x.clone()
+    if x.device.type == "cpu":
+        xn = x.numpy() if inplace else x.numpy().copy()
+        xn.partition(xn.shape[0] - k)
+        return torch.from_numpy(xn[xn.shape[0] - k :].copy())
+    return torch.topk(x, k=k, sorted=False).values
 
 
 class Coefficients(NamedTuple):
@@ -374,14 +391,25 @@ def weince_stream(
 
 
 class _GatherDot(torch.autograd.Function):
-    """``out[r, m] = q_r · k_{idx[r, m]}`` in blocks of rows, without keeping the gathered ``(R, M, D)`` rows."""
+    """``out[r, m] = q_r · k_{idx[r, m]}`` in blocks of rows, each block's ``rows × C`` products by a GEMM.
+
+    The products are gathered; the backward scatters the block's gradient into ``rows × C`` and makes
+    two GEMMs.
+
+    Gathering the chosen rows of ``k`` instead (an ``(R, M, D)`` copy and an ``index_add_`` of as many
+    outer products) was slower at 2N = 512 and no faster at 2N = 4,096 with M = 51, D = 128 (measured,
+    one thread), and its memory grows with M·D rather than with C.
+    """
 
     @staticmethod
     def forward(ctx: Any, q: Tensor, k: Tensor, idx: Tensor, rows: int) -> Tensor:  # type: ignore[override]
+        r, c = q.shape[0], k.shape[0]
+        buf = q.new_empty(min(rows, r) * c)
         out = q.new_empty(idx.shape)
-        for r0 in range(0, q.shape[0], rows):
-            r1 = min(q.shape[0], r0 + rows)
-            torch.bmm(k[idx[r0:r1]], q[r0:r1].unsqueeze(2), out=out[r0:r1].unsqueeze(2))
+        for r0 in range(0, r, rows):
+            r1 = min(r, r0 + rows)
+            s = torch.mm(q[r0:r1], k.T, out=_flat_block(buf, r1 - r0, c))
+            torch.gather(s, 1, idx[r0:r1], out=out[r0:r1])
         ctx.rows = rows
         ctx.save_for_backward(q, k, idx)
         return out
@@ -389,17 +417,19 @@ class _GatherDot(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, idx = ctx.saved_tensors
+        r, c = q.shape[0], k.shape[0]
+        buf = q.new_empty(min(ctx.rows, r) * c)
         dq, dk = torch.empty_like(q), torch.zeros_like(k)
-        for r0 in range(0, q.shape[0], ctx.rows):
-            r1 = min(q.shape[0], r0 + ctx.rows)
-            gi, ii = g[r0:r1], idx[r0:r1]
-            torch.bmm(gi.unsqueeze(1), k[ii], out=dq[r0:r1].unsqueeze(1))
-            dk.index_add_(0, ii.reshape(-1), (gi.unsqueeze(2) * q[r0:r1].unsqueeze(1)).reshape(-1, q.shape[1]))
+        for r0 in range(0, r, ctx.rows):
+            r1 = min(r, r0 + ctx.rows)
+            gs = _flat_block(buf, r1 - r0, c).zero_().scatter_add_(1, idx[r0:r1], g[r0:r1])
+            torch.mm(gs, k, out=dq[r0:r1])
+            dk.addmm_(gs.T, q[r0:r1])
         return dq, dk, None, None
 
 
 def gather_dot(q: Tensor, k: Tensor, idx: Tensor, *, rows: int) -> Tensor:
-    """``out[r, m] = q_r · k_{idx[r, m]}``: the logits of chosen candidates, O(rows·M·D) extra memory.
+    """``out[r, m] = q_r · k_{idx[r, m]}``: the logits of chosen candidates, in blocks of ``rows × C``.
 
     Shape: q ``(R, D)``, k ``(C, D)``, idx ``(R, M)`` (long); returns ``(R, M)``.
     """
