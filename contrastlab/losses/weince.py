@@ -135,11 +135,11 @@ from contrastlab.losses.weince_options import BETA_MODES, GlobalBetaConfig, WEIN
 from contrastlab.losses.weince_stream import (
     STREAM_BLOCK_BYTES,
     Refinement,
+    _WeinceStream,
     block_anchors,
     coefficients,
     gather_dot,
     streamed_tail,
-    weince_stream,
 )
 from contrastlab.losses.weince_tail import (
     ENDPOINT_SHORTFALL,
@@ -675,7 +675,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
         co = coefficients(lam, lam_beta, st.s_max, inv_f, _u_min(o.eps, dtype))
         inv_tensor = inv_t if isinstance(inv_t, Tensor) else torch.tensor(inv_t, dtype=dtype, device=device)
         ahead = torch.is_grad_enabled() and raw.requires_grad and call.reduction != "none"
-        loss = weince_stream(local, views, inv_tensor, pos_index, self_cols, co, refine, rows=rows, grad_ahead=ahead)
+        loss = _WeinceStream.apply(local, views, inv_tensor, pos_index, self_cols, co, refine, rows, ahead)
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]

@@ -331,7 +331,8 @@ class _WeinceStream(torch.autograd.Function):
     one). With ``grad_ahead`` (the caller reduces the rows by a mean or a sum) the forward forms the
     gradient for an all-ones upstream gradient and the backward scales it (an unequal upstream gradient
     runs the sweep again); otherwise the backward runs the sweep with the row weights. Nothing of size
-    ``R × C`` is kept between forward and backward. Not twice differentiable.
+    ``R × C`` is kept between forward and backward; memory: two ``rows × C`` blocks plus O((R + C)·D).
+    Not twice differentiable.
     """
 
     @staticmethod
@@ -369,25 +370,6 @@ class _WeinceStream(torch.autograd.Function):
             co: Coefficients = ctx.args[2]
             d_inv_t = (grad * co.one_minus_lam.view(-1) * ctx.tau_factor).sum()
         return dq, dk, d_inv_t, None, None, None, None, None, None
-
-
-def weince_stream(
-    q: Tensor,
-    k: Tensor,
-    inv_t: Tensor,
-    pos_index: Tensor,
-    self_cols: Tensor,
-    co: Coefficients,
-    refine: Refinement | None,
-    *,
-    rows: int,
-    grad_ahead: bool,
-) -> Tensor:
-    """WEINCE's per-anchor loss ``(R,)`` of anchors ``q`` ``(R, D)`` against candidates ``k`` ``(C, D)``.
-
-    See :class:`_WeinceStream`; memory: two ``rows × C`` blocks plus O((R + C)·D).
-    """
-    return _WeinceStream.apply(q, k, inv_t, pos_index, self_cols, co, refine, rows, grad_ahead)
 
 
 class _GatherDot(torch.autograd.Function):
