@@ -360,7 +360,11 @@ class _WeinceStream(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k = ctx.saved_tensors
-        if ctx.ahead is not None and bool((grad == grad[0]).all()):  # every row alike: scale what was made
+        dq: Tensor | None = None
+        dk: Tensor | None = None
+        if not (ctx.needs_input_grad[0] or ctx.needs_input_grad[1]):  # only τ: its factor is already made
+            pass
+        elif ctx.ahead is not None and bool((grad == grad[0]).all()):  # every row alike: scale what was made
             dq, dk = (x * grad[0] for x in ctx.ahead)
         else:
             res = _sweep(q, k, *ctx.args, want_grad=True, grad=grad)

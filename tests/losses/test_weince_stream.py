@@ -301,3 +301,15 @@ def test_bad_chunk_size_names_the_argument(chunk):
     za, zb = _views(4, 3, seed=1)
     with pytest.raises((ValueError, TypeError), match="chunk_size"):
         weince(za, zb, chunk_size=chunk)
+
+
+def test_temperature_gradient_alone_equals_the_one_beside_the_inputs():
+    """With only τ requiring a gradient the streamed backward skips the sweep (τ's factor is made in the
+    forward) and gives the same ∂L/∂τ as when the inputs require one too."""
+    za, zb = _views(10, 4, seed=8)
+    t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)
+    (alone,) = torch.autograd.grad(weince(za, zb, temperature=t, min_tail=8, chunk_size=3), [t])
+    a = za.clone().requires_grad_()
+    beside, _ = torch.autograd.grad(weince(a, zb, temperature=t, min_tail=8, chunk_size=3), [t, a])
+    assert float(alone) != 0.0
+    torch.testing.assert_close(alone, beside, rtol=1e-13, atol=0)
