@@ -97,6 +97,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -686,7 +687,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
     return _Parts(loss, reduced, tail, beta, beta_t, estimate)
 
 
-def _refinement(call: _Call, crowded: Tensor, views64: Any, n: int) -> Refinement | None:
+def _refinement(call: _Call, crowded: Tensor, views64: Callable[[], Tensor], n: int) -> Refinement | None:
     """Where the float32 loss reads float64 shortfalls: the crowded anchors of every rank (rows and columns).
 
     Under torch.distributed each rank's crowded views are all-gathered (no gradient), so that every rank
@@ -694,7 +695,11 @@ def _refinement(call: _Call, crowded: Tensor, views64: Any, n: int) -> Refinemen
     """
     mask = torch.zeros(2 * n, dtype=torch.bool, device=call.a.device)
     mask[crowded] = True
-    cand = torch.cat([cd.gather_no_grad(mask[:n]), cd.gather_no_grad(mask[n:])]) if call.gathered else mask
+    if call.gathered:  # as uint8: every backend all-gathers bytes
+        flags = mask.to(torch.uint8)
+        cand = torch.cat([cd.gather_no_grad(flags[:n]), cd.gather_no_grad(flags[n:])]).bool()
+    else:
+        cand = mask
     if not bool(cand.any()):
         return None
     return Refinement(views64(), mask, torch.nonzero(cand).squeeze(1))
