@@ -860,4 +860,5 @@ class WEINCELoss(nn.Module):
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
         t = self.temperature if isinstance(self.temperature, float) else "learnable"
-        return f"temperature={t}, options={self.options}"
+        chunk = "" if self.chunk_size is None else f", chunk_size={self.chunk_size}"
+        return f"temperature={t}, options={self.options}{chunk}"
