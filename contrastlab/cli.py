@@ -133,6 +133,37 @@ def _experiment_help(name: str) -> str:
     )
 
 
+def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run one experiment under a progress board (elapsed time, estimate from a recorded run) on stderr.
+
+    An experiment with ``OWN_PROGRESS`` (the demo) shows its own board; under torchrun only rank 0 shows one.
+    """
+    from contrastlab.distributed import rank
+    from contrastlab.experiments import default_out_dir, get_experiment, resolve_config, run_experiment
+    from contrastlab.experiments._durations import recorded_seconds
+    from contrastlab.progress import Board, Task
+    from contrastlab.train.dataconf import to_dict
+
+    if getattr(get_experiment(name), "OWN_PROGRESS", False):
+        return run_experiment(name, None, out_arg, quick=quick, overrides=overrides)
+    cfg = resolve_config(name, quick=quick, overrides=overrides)  # a bad field fails before the board shows
+    out = Path(out_arg) if out_arg else default_out_dir(name)
+    estimate = recorded_seconds(name, to_dict(cfg), out, quick=quick, reference=quick and not overrides)
+    board = Board(name, [Task(name, *estimate)], mode="auto" if rank() == 0 else "off")
+    with board:
+        board.start(name)
+        try:
+            results = run_experiment(name, cfg, out, quick=quick)
+        except KeyboardInterrupt:
+            board.end(name, "stopped", f"interrupted; what it wrote is in {out}")
+            raise
+        except BaseException as e:
+            board.end(name, "failed", type(e).__name__)
+            raise
+        board.end(name, "done")
+    return results
+
+
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
     from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
     from contrastlab.train.dataconf import parse_overrides
@@ -156,7 +187,7 @@ def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.Argumen
         return EXIT_OK
     overrides = parse_overrides(rest)
     try:
-        results = run_experiment(args.name, None, args.out, quick=args.quick, overrides=overrides)
+        results = _run_with_board(args.name, args.out, args.quick, overrides)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
