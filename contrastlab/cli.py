@@ -165,7 +165,7 @@ def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict
 
 
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
+    from contrastlab.experiments import describe_experiments, list_experiments
     from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()

@@ -5,9 +5,9 @@ A :class:`Board` holds tasks (an experiment, the demo's audit) that wait, run, a
 :func:`contrastlab.experiments.durations.recorded_seconds`). The board is shown one of two ways:
 
 * ``live`` — a table redrawn twice a second (rich) while the tasks run: each task's state, elapsed time
-  and estimate, and the time left overall. While it is shown, ``sys.stdout`` and ``sys.stderr`` print
-  above it line by line and say they are not a terminal, so a progress bar of the work underneath (the
-  trainer's) stays off instead of fighting the board for the screen;
+  and estimate, and the time left overall. While it is shown, ``sys.stdout`` and ``sys.stderr`` (those
+  that write to the same terminal) print above it line by line and say they are not a terminal, so a
+  progress bar of the work underneath (the trainer's) stays off instead of fighting the board for the screen;
 * ``plain`` — one line per event (a task starts or ends) and a line every ``heartbeat_s`` seconds
   listing what runs, for logs that are not a terminal (CI).
 
@@ -62,8 +62,7 @@ def resolve_mode(mode: str, stream: TextIO) -> Literal["live", "plain", "off"]:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
     chosen = env if env and env != "auto" else mode
     if chosen == "auto":
-        tty = bool(getattr(stream, "isatty", lambda: False)()) and os.environ.get("TERM") != "dumb"
-        return "live" if tty else "plain"
+        return "live" if _isatty(stream) and os.environ.get("TERM") != "dumb" else "plain"
     return chosen  # type: ignore[return-value]
 
 
@@ -306,11 +305,21 @@ class Board:
             from rich.live import Live
 
             console = Console(file=self.stream, force_terminal=True)
-            self._live = Live(self, console=console, refresh_per_second=2, transient=False)
+            self._live = Live(
+                self,
+                console=console,
+                refresh_per_second=2,
+                transient=False,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
             self._live.start()
             self._saved = (sys.stdout, sys.stderr)
-            sys.stdout = _LinesAbove(console, sys.stdout)  # type: ignore[assignment]
-            sys.stderr = _LinesAbove(console, sys.stderr)  # type: ignore[assignment]
+            # only the streams that share the board's screen: a stdout redirected to a file keeps its lines
+            if sys.stdout is self.stream or _isatty(sys.stdout):
+                sys.stdout = _LinesAbove(console, sys.stdout)  # type: ignore[assignment]
+            if sys.stderr is self.stream or _isatty(sys.stderr):
+                sys.stderr = _LinesAbove(console, sys.stderr)  # type: ignore[assignment]
         elif self.mode == "plain":
             self._stop.clear()
             self._ticker = threading.Thread(target=self._tick, name="contrastlab-board", daemon=True)
@@ -338,6 +347,13 @@ class Board:
         while not self._stop.wait(self.heartbeat_s):
             if self.names("running"):
                 self._line(self.heartbeat())
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):  # no isatty, or a closed stream
+        return False
 
 
 def _escape(text: str) -> str:

@@ -9,6 +9,7 @@ newest one whose name, ``quick`` flag and resolved config equal this run's. Fail
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,14 +36,18 @@ _MAX_SIBLINGS = 50  # newest sibling folders read; a runs/ folder of thousands o
 
 
 def _matches(path: Path, name: str, config: Mapping[str, Any], quick: bool) -> float | None:
-    from contrastlab.io import CorruptFileError, read_json_verified
+    from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable
 
     try:
         res = read_json_verified(path)
     except (OSError, ValueError, CorruptFileError):
         return None
     runtime = res.get("runtime_s")
-    if res.get("name") != name or res.get("config") != dict(config) or bool(res.get("quick")) != quick:
+    if (
+        res.get("name") != name
+        or res.get("config") != json.loads(json.dumps(to_jsonable(dict(config))))
+        or bool(res.get("quick")) != quick
+    ):
         return None
     if isinstance(runtime, bool) or not isinstance(runtime, (int, float)) or not runtime >= 0:
         return None

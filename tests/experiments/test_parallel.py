@@ -1,0 +1,89 @@
+"""Jobs in worker processes: results, failures, crashes, logs; Ctrl-C stops every worker and says what finished."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from contrastlab.experiments._parallel import Job, run_in_workers
+from contrastlab.progress import Board, Task
+from tests.experiments._jobs import die, fail, square
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_results_failures_and_crashes_are_reported_and_logged(tmp_path: Path) -> None:
+    jobs = [
+        Job("a", square, (3,), tmp_path / "a" / "output.log"),
+        Job("b", fail, (), tmp_path / "b.log"),
+        Job("c", die, (), tmp_path / "c.log"),
+        Job("d", square, (5,), tmp_path / "d.log"),
+    ]
+    out = io.StringIO()
+    board = Board("t", [Task(j.name) for j in jobs], workers=2, mode="plain", stream=out)
+    with board:
+        outcomes, interrupted = run_in_workers(jobs, board, 2)
+    assert not interrupted
+    assert {n: o.state for n, o in outcomes.items()} == {"a": "done", "b": "failed", "c": "failed", "d": "done"}
+    assert outcomes["a"].result == 9 and outcomes["d"].result == 25
+    assert outcomes["b"].error == "ValueError: bad input"
+    assert "exited with code 3" in outcomes["c"].error
+    assert (tmp_path / "a" / "output.log").read_text() == "squaring 3\n"  # the worker's output, not the parent's
+    assert "about to fail" in (tmp_path / "b.log").read_text() and "Traceback" in (tmp_path / "b.log").read_text()
+    assert board.names("done") == ["a", "d"] and board.names("failed") == ["b", "c"]
+    assert "failed b after" in out.getvalue()
+
+
+def _wait_for(proc: subprocess.Popen[str], needle: str, lines: list[str], timeout: float = 120.0) -> None:
+    assert proc.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if needle in line:
+            return
+    proc.kill()
+    raise AssertionError(f"{needle!r} never appeared; got {''.join(lines)}")
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "experiments" / "_interrupt_run.py"), str(tmp_path)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    lines: list[str] = []
+    _wait_for(proc, "done quick", lines)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "slow.pid").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    slow_pid = int((tmp_path / "slow.pid").read_text())
+    time.sleep(0.5)  # the third job may have started on the freed worker; it ends at once either way
+    proc.send_signal(signal.SIGINT)
+    _, rest = proc.communicate(timeout=60)
+    err = "".join(lines) + rest
+    assert proc.returncode == 130, err
+    assert "stopped slow after" in err and "Traceback" not in err
+    assert "finished: quick" in err and "stopped: slow" in err
+    deadline = time.monotonic() + 10
+    while not _gone(slow_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _gone(slow_pid), "the interrupted worker is still running"
