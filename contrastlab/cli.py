@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -117,6 +117,22 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     out = Path(args.out) if args.out else run / "eval.json"
     write_json_atomic(out, {"step": int(state["step"]), "metrics": metrics})
     print(f"written: {out}")
+    return EXIT_OK
+
+
+# -------------------------------------------------------------------------------------------- export
+
+
+def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.train.export import export_run
+
+    if rest:
+        raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
+    try:
+        folder = export_run(args.run_dir, args.out)
+    except ValueError as e:  # not a text run, no checkpoint, an occupied output folder: named in the message
+        raise UsageError(f"export: {' '.join(str(e).split())}") from None
+    print(f"written: {folder}  (SentenceTransformer({str(folder)!r}) loads it; contrastlab is not needed)")
     return EXIT_OK
 
 
@@ -355,6 +371,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subs["eval"] = p
 
     p = sub.add_parser(
+        "export",
+        help="write a text run's fine-tuned model as a sentence-transformers folder",
+        description="Write the fine-tuned text encoder of a `contrastlab train` run as a sentence-transformers "
+        "folder that SentenceTransformer(OUT) loads without contrastlab (text runs also save one in RUN/model).",
+    )
+    p.add_argument("run_dir", help="a folder written by `contrastlab train` with a text encoder")
+    p.add_argument("out", help="the new folder (must not exist, or be empty)")
+    subs["export"] = p
+
+    p = sub.add_parser(
         "run",
         help="run a named experiment (--list to see them)",
         description="Run a registered experiment; `contrastlab run NAME --help` lists its config fields.",
@@ -435,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {
             "train": _cmd_train,
             "eval": _cmd_eval,
+            "export": _cmd_export,
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
