@@ -44,7 +44,7 @@ from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds import SphereWorld
 from contrastlab.worlds.mixing import make_mixing
 
-#: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
+#: The papers' experiments the demo runs in their quick form (one line per claim; see docs/results.md).
 PAPERS: tuple[str, ...] = (
     # roughly longest first, so that the two workers, each taking the next one free, finish together (the
     # quick runs' wall times on the reference machine: contrastlab.experiments._durations.REFERENCE_QUICK_S;
