@@ -5,7 +5,8 @@ with its stdout and stderr going to a log file, so that the parent's board owns 
 workers never print into each other. The workers ignore SIGINT: a Ctrl-C reaches the parent, which
 sends SIGTERM to the running workers (the trainer writes its checkpoint at the end of the running
 step and exits), waits for them, marks them ``stopped`` and returns with ``interrupted=True``. A
-worker that dies without reporting (killed, out of memory) is ``failed`` with its exit code.
+worker that dies without reporting (killed, out of memory) is ``failed`` with its exit code. Workers are
+not daemons, so an experiment may start processes of its own; none outlives :func:`run_in_workers`.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def run_in_workers(
         while pending or running:
             while pending and len(running) < workers:
                 job = pending.popleft()
-                proc = ctx.Process(target=_worker, args=(job, reports), name=f"contrastlab-{job.name}", daemon=True)
+                proc = ctx.Process(target=_worker, args=(job, reports), name=f"contrastlab-{job.name}")
                 proc.start()
                 running[job.name] = proc
                 board.start(job.name)

@@ -26,3 +26,16 @@ def sleep_forever(pid_file: str) -> None:
     Path(pid_file).write_text(str(os.getpid()))
     while True:
         time.sleep(0.1)
+
+
+def _child() -> None:
+    print("child ran")
+
+
+def with_a_child() -> int:
+    import multiprocessing
+
+    proc = multiprocessing.get_context("spawn").Process(target=_child)
+    proc.start()
+    proc.join()
+    return int(proc.exitcode or 0)

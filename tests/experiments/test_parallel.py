@@ -12,7 +12,7 @@ from pathlib import Path
 
 from contrastlab.experiments._parallel import Job, run_in_workers
 from contrastlab.progress import Board, Task
-from tests.experiments._jobs import die, fail, square
+from tests.experiments._jobs import die, fail, square, with_a_child
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,19 +23,20 @@ def test_results_failures_and_crashes_are_reported_and_logged(tmp_path: Path) ->
         Job("b", fail, (), tmp_path / "b.log"),
         Job("c", die, (), tmp_path / "c.log"),
         Job("d", square, (5,), tmp_path / "d.log"),
+        Job("e", with_a_child, (), tmp_path / "e.log"),  # an experiment may start processes of its own
     ]
     out = io.StringIO()
     board = Board("t", [Task(j.name) for j in jobs], workers=2, mode="plain", stream=out)
     with board:
         outcomes, interrupted = run_in_workers(jobs, board, 2)
     assert not interrupted
-    assert {n: o.state for n, o in outcomes.items()} == {"a": "done", "b": "failed", "c": "failed", "d": "done"}
-    assert outcomes["a"].result == 9 and outcomes["d"].result == 25
+    assert {n: o.state for n, o in outcomes.items()} == {"a": "done", "b": "failed", "c": "failed", "d": "done", "e": "done"}
+    assert outcomes["a"].result == 9 and outcomes["d"].result == 25 and outcomes["e"].result == 0
     assert outcomes["b"].error == "ValueError: bad input"
     assert "exited with code 3" in outcomes["c"].error
     assert (tmp_path / "a" / "output.log").read_text() == "squaring 3\n"  # the worker's output, not the parent's
     assert "about to fail" in (tmp_path / "b.log").read_text() and "Traceback" in (tmp_path / "b.log").read_text()
-    assert board.names("done") == ["a", "d"] and board.names("failed") == ["b", "c"]
+    assert board.names("done") == ["a", "d", "e"] and board.names("failed") == ["b", "c"]
     assert "failed b after" in out.getvalue()
 
 

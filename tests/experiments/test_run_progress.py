@@ -112,3 +112,17 @@ def test_ctrl_c_stops_the_demo_and_says_what_finished(tmp_path: Path) -> None:
     assert "stopped: k-gap" in err and "not started: continuity-bound" in err
     assert f"contrastlab report {tmp_path / 'audit'}" in err
     assert not (tmp_path / "k-gap" / "results.json").exists() and not (tmp_path / "report").exists()
+
+
+def test_run_draws_the_live_board_on_stderr_and_keeps_stdout_for_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, PLUGINS])
+    monkeypatch.setenv(PROGRESS_ENV, "live")  # as in a terminal; the test's stderr is not one
+    assert cli.main(["run", "tiny-fit", "--quick", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "\x1b[" in captured.err  # drawn with terminal control codes
+    last = captured.err[captured.err.rindex("tiny-fit ") :]  # the last drawing of the board's row
+    assert "done" in last and "1 of 1 ended" in captured.err
+    assert "started" not in captured.err  # no plain lines in live mode
+    assert f"results: {tmp_path / 'results.json'}" in captured.out and "\x1b[" not in captured.out
