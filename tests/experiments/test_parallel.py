@@ -30,7 +30,13 @@ def test_results_failures_and_crashes_are_reported_and_logged(tmp_path: Path) ->
     with board:
         outcomes, interrupted = run_in_workers(jobs, board, 2)
     assert not interrupted
-    assert {n: o.state for n, o in outcomes.items()} == {"a": "done", "b": "failed", "c": "failed", "d": "done", "e": "done"}
+    assert {n: o.state for n, o in outcomes.items()} == {
+        "a": "done",
+        "b": "failed",
+        "c": "failed",
+        "d": "done",
+        "e": "done",
+    }
     assert outcomes["a"].result == 9 and outcomes["d"].result == 25 and outcomes["e"].result == 0
     assert outcomes["b"].error == "ValueError: bad input"
     assert "exited with code 3" in outcomes["c"].error

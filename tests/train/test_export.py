@@ -144,3 +144,20 @@ def test_a_run_that_does_not_embed_text_is_refused_with_pairs(tmp_path: Path, ca
     assert not (tmp_path / "o").exists()
     assert cli.main(["export", str(tmp_path / "run"), str(tmp_path / "e")]) == 2
     assert "only a text run" in capsys.readouterr().err
+
+
+def test_train_quiet_prints_nothing_on_stderr_and_leaves_the_model(
+    text_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "job.yaml"
+    config.write_text(
+        f"data: {{name: text, batch_size: 8, text: {{path: '{text_run.parent / 'pairs.tsv'}'}}}}\n"
+        f"encoder: {{name: sentence_transformers, path: '{text_run.parent / 'st'}', out_dim: 16, max_seq_length: 12}}\n"
+        "train: {steps: 1, eval_every: 0}\n"
+        "eval: {n: 8}\n"
+    )
+    out = tmp_path / "run"
+    assert cli.main(["train", str(config), "--out", str(out), "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""  # no loading, training or shard-writing bar
+    assert (out / MODEL_FOLDER / "modules.json").is_file()
