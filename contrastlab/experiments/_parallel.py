@@ -56,7 +56,11 @@ class Outcome:
 
 
 def _worker(job: Job, reports: Any) -> None:
-    """Worker body: ignore SIGINT, send output to the log, run, report ``(name, state, result, error, s)``."""
+    """Worker body: ignore SIGINT, send output to the log, run, report ``(name, state, result, error, s)``.
+
+    ``state`` is ``done``, ``failed``, or ``stopped`` when the job raised ``KeyboardInterrupt`` (the trainer's
+    own SIGINT handler, installed over the ignored one, stops after its checkpoint).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     job.log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -66,6 +70,9 @@ def _worker(job: Job, reports: Any) -> None:
     t0 = time.perf_counter()
     try:
         result = job.target(*job.args)
+    except KeyboardInterrupt:  # a training loop saw the terminal's Ctrl-C itself and stopped after its checkpoint
+        reports.put((job.name, "stopped", None, "interrupted", time.perf_counter() - t0))
+        return
     except BaseException as e:  # reported to the parent; the other jobs still run
         traceback.print_exc()
         reports.put((job.name, "failed", None, f"{type(e).__name__}: {e}", time.perf_counter() - t0))
@@ -98,7 +105,7 @@ def run_in_workers(
     def record(msg: tuple[str, str, Any, str, float]) -> None:
         name, state, result, error, seconds = msg
         outcomes[name] = Outcome(name, state, seconds, result, error)
-        board.end(name, "done" if state == "done" else "failed", error)
+        board.end(name, "done" if state == "done" else "stopped" if state == "stopped" else "failed", error)
         proc = running.pop(name, None)
         if proc is not None:
             proc.join()
