@@ -62,6 +62,7 @@ def _worker(job: Job, reports: Any) -> None:
     own SIGINT handler, installed over the ignored one, stops after its checkpoint).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it started us
     job.log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(fd, 1)
@@ -123,8 +124,14 @@ def run_in_workers(
             while pending and len(running) < workers:
                 job = pending.popleft()
                 proc = ctx.Process(target=_worker, args=(job, reports), name=f"contrastlab-{job.name}")
-                proc.start()
-                running[job.name] = proc
+                # SIGINT blocked while the worker starts (it inherits the mask) and until it is on the books:
+                # a Ctrl-C meanwhile waits, then stops it like the others; the worker unblocks it once ignored
+                old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                try:
+                    proc.start()
+                    running[job.name] = proc
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
                 board.start(job.name)
             drain(_POLL_S)
             for name, proc in list(running.items()):
