@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from contrastlab.experiments._parallel import Job, run_in_workers
 from contrastlab.progress import Board, Task
 from tests.experiments._jobs import die, fail, square, with_a_child
@@ -68,7 +70,9 @@ def _gone(pid: int) -> bool:
     return False
 
 
-def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path) -> None:
+@pytest.mark.parametrize("to_group", [False, True], ids=["parent", "process-group"])
+def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path, to_group: bool) -> None:
+    # to the parent alone (kill -INT), or to the whole process group, as a terminal's Ctrl-C is sent
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "experiments" / "_interrupt_run.py"), str(tmp_path)],
@@ -76,6 +80,7 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path) -> Non
         text=True,
         env=env,
         cwd=ROOT,
+        start_new_session=to_group,
     )
     lines: list[str] = []
     _wait_for(proc, "done quick", lines)
@@ -84,7 +89,10 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path) -> Non
         time.sleep(0.05)
     slow_pid = int((tmp_path / "slow.pid").read_text())
     time.sleep(0.5)  # the third job may have started on the freed worker; it ends at once either way
-    proc.send_signal(signal.SIGINT)
+    if to_group:
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=60)
     err = "".join(lines) + rest
     assert proc.returncode == 130, err
