@@ -88,37 +88,39 @@ def save_sentence_transformers(
     return out
 
 
-def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[TransformerTextEncoder, Any, int]:
+def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[TransformerTextEncoder, dict[str, Any], int]:
     """The text encoder of a ``contrastlab train`` run, with its newest checkpoint's weights, in eval mode.
 
     Returns:
-        ``(encoder, job config, step)``; the encoder is the representation (without a projection head).
+        ``(encoder, the run's config.json as a dict, step)``; the encoder is the representation (without a
+        projection head).
 
     Raises:
         ValueError: ``run_dir`` is not a run folder, has no checkpoint, or did not train a text encoder
             (messages start with ``run``); the base model it started from cannot be loaded.
+        contrastlab.io.CorruptFileError: ``config.json`` fails its checksum.
     """
+    from contrastlab.io import read_json_verified
     from contrastlab.models import ContrastiveModel, ProjectionHead
     from contrastlab.models.text import TEXT_ENCODERS
     from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import JobConfig
 
     run = Path(run_dir)
     if not (run / "config.json").is_file():
         raise ValueError(f"run: {run} is not a training run folder (no config.json; made by `contrastlab train`)")
-    cfg = read_config(JobConfig, run / "config.json", verified=True)
-    e = cfg.encoder
-    if e.name not in TEXT_ENCODERS:
+    cfg = read_json_verified(run / "config.json")  # written by contrastlab train from a validated JobConfig
+    e = cfg.get("encoder") or {}
+    if e.get("name") not in TEXT_ENCODERS:
         raise ValueError(
-            f"run: {run} trained the {e.name!r} encoder on {cfg.data.name!r}; only a text run "
-            f"({', '.join(sorted(TEXT_ENCODERS))}) embeds text"
+            f"run: {run} trained the {e.get('name')!r} encoder on {(cfg.get('data') or {}).get('name')!r}; only a "
+            f"text run ({', '.join(sorted(TEXT_ENCODERS))}) embeds text"
         )
     state = latest_checkpoint(run)
     if state is None:
         raise ValueError(f"run: {run} has no checkpoint")
-    text = TEXT_ENCODERS[e.name](e.path, e.max_seq_length)
-    model: nn.Module = ContrastiveModel(text, ProjectionHead(e.out_dim, e.proj_dim)) if e.proj_dim else text
+    text = TEXT_ENCODERS[e["name"]](e.get("path"), int(e["max_seq_length"]))
+    proj = int(e.get("proj_dim") or 0)
+    model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
     model.load_state_dict(state["model"])
     text.to(device).eval()
     return text, cfg, int(state["step"])
@@ -134,5 +136,11 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"out: {out} exists and is not an empty folder")
     encoder, cfg, step = run_text_encoder(run_dir)
-    about = {"run": str(Path(run_dir).resolve()), "step": step, "encoder": cfg.encoder.name, "loss": cfg.loss.name}
-    return save_sentence_transformers(encoder, out, normalize=cfg.loss.normalize, about=about)
+    loss = cfg.get("loss") or {}
+    about = {
+        "run": str(Path(run_dir).resolve()),
+        "step": step,
+        "encoder": cfg["encoder"]["name"],
+        "loss": loss.get("name"),
+    }
+    return save_sentence_transformers(encoder, out, normalize=bool(loss.get("normalize", True)), about=about)

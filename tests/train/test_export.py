@@ -14,9 +14,9 @@ import torch
 
 from contrastlab import cli
 from contrastlab.data.text_codes import texts_to_codes
-from contrastlab.train import TrainConfig
+from contrastlab.train import JobConfig, run_job
+from contrastlab.train.dataconf import from_dict
 from contrastlab.train.export import MODEL_FOLDER, run_text_encoder
-from contrastlab.train.job import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig, run_job
 from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")
@@ -41,12 +41,15 @@ def text_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     bert = write_tiny_bert(root / "st", "st")
     pairs = root / "pairs.tsv"
     pairs.write_text("".join("\t".join(r) + "\n" for r in ROWS), encoding="utf-8")
-    job = JobConfig(
-        data=DataConfig(name="text", batch_size=8, text=TextDataConfig(path=str(pairs))),
-        encoder=EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16, max_seq_length=12),
-        loss=LossConfig(name="info_nce", temperature=0.5),
-        train=TrainConfig(steps=3, seed=1, progress=False, log_every=1, eval_every=0),
-        eval=EvalConfig(n=8),
+    job = from_dict(
+        JobConfig,
+        {
+            "data": {"name": "text", "batch_size": 8, "text": {"path": str(pairs)}},
+            "encoder": {"name": "sentence_transformers", "path": str(bert), "out_dim": 16, "max_seq_length": 12},
+            "loss": {"name": "info_nce", "temperature": 0.5},
+            "train": {"steps": 3, "seed": 1, "progress": False, "log_every": 1, "eval_every": 0},
+            "eval": {"n": 8},
+        },
     )
     results = run_job(job, root / "run")
     assert results["model_folder"] == MODEL_FOLDER
@@ -128,11 +131,14 @@ def test_a_text_run_is_audited_on_any_pairs_and_quiet_means_quiet(
 
 
 def test_a_run_that_does_not_embed_text_is_refused_with_pairs(tmp_path: Path, capsys) -> None:
-    job = JobConfig(
-        data=DataConfig(latent_dim=3, batch_size=16),
-        encoder=EncoderConfig(hidden=(8,), out_dim=3),
-        train=TrainConfig(steps=2, progress=False),
-        eval=EvalConfig(n=64),
+    job = from_dict(
+        JobConfig,
+        {
+            "data": {"latent_dim": 3, "batch_size": 16},
+            "encoder": {"hidden": [8], "out_dim": 3},
+            "train": {"steps": 2, "progress": False},
+            "eval": {"n": 64},
+        },
     )
     run_job(job, tmp_path / "run")
     assert not (tmp_path / "run" / MODEL_FOLDER).exists()  # only text runs save a model folder
