@@ -81,6 +81,7 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path, to_gro
         env=env,
         cwd=ROOT,
         start_new_session=to_group,
+        preexec_fn=_sigint_as_usual,
     )
     lines: list[str] = []
     _wait_for(proc, "done quick", lines)
@@ -102,3 +103,8 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path, to_gro
     while not _gone(slow_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _gone(slow_pid), "the interrupted worker is still running"
+
+
+def _sigint_as_usual() -> None:
+    """In the child before exec: SIGINT's default action, even when the test runs where it is ignored (nohup, &)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

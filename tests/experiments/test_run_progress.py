@@ -92,7 +92,11 @@ def test_ctrl_c_stops_the_demo_and_says_what_finished(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", PROGRESS_ENV: "plain"}
     argv = ["run", "demo", "--quick", *TINY_DEMO, "--papers", "k-gap,continuity-bound", "--workers", "1"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "contrastlab", *argv, "--out", str(tmp_path)], stderr=subprocess.PIPE, text=True, env=env
+        [sys.executable, "-m", "contrastlab", *argv, "--out", str(tmp_path)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=_sigint_as_usual,
     )
     assert proc.stderr is not None
     seen: list[str] = []
@@ -126,3 +130,8 @@ def test_run_draws_the_live_board_on_stderr_and_keeps_stdout_for_results(
     assert "done" in last and "1 of 1 ended" in captured.err
     assert "started" not in captured.err  # no plain lines in live mode
     assert f"results: {tmp_path / 'results.json'}" in captured.out and "\x1b[" not in captured.out
+
+
+def _sigint_as_usual() -> None:
+    """In the child before exec: SIGINT's default action, even when the test runs where it is ignored (nohup, &)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
