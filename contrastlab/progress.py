@@ -285,7 +285,7 @@ class Board:
                 f"{done} of {len(self.tasks)} ended · {format_seconds(now - self._t0)} elapsed · "
                 f"{'≥ ' if not known else ''}{format_seconds(left)} left (estimated) · Ctrl-C stops"
             )
-            t = Table(title=self.title, caption=caption, title_justify="left", caption_justify="left")
+            t = Table(title=self.title, caption=caption, title_justify="left", caption_justify="left", min_width=72)
             for col, justify in (("task", "left"), ("state", "left"), ("elapsed", "right"), ("estimate", "right")):
                 t.add_column(col, justify=justify)  # type: ignore[arg-type]
             style = {"running": "bold cyan", "done": "green", "failed": "bold red", "stopped": "yellow"}
