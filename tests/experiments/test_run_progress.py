@@ -24,8 +24,10 @@ PLUGINS = str(REPO / "tests/experiments/plugins")
 TINY_DEMO = ["--steps", "30", "--eval_size", "256", "--batch_size", "64", "--hidden", "32", "--k_gap_groups", "4"]
 
 
-def test_every_paper_of_the_demo_has_a_reference_duration() -> None:
-    assert set(REFERENCE_QUICK_S) == set(PAPERS)
+def test_reference_durations_are_of_the_demo_papers() -> None:
+    # no stale entry; a paper added later has no estimate until its duration is measured on the reference machine
+    assert set(REFERENCE_QUICK_S) <= set(PAPERS)
+    assert all(s > 0 for s in REFERENCE_QUICK_S.values())
 
 
 def test_recorded_seconds_reads_the_same_run_only(tmp_path: Path) -> None:
