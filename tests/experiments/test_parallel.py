@@ -83,26 +83,33 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path, to_gro
         start_new_session=to_group,
         preexec_fn=_sigint_as_usual,
     )
-    lines: list[str] = []
-    _wait_for(proc, "done quick", lines)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "slow.pid").is_file() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    slow_pid = int((tmp_path / "slow.pid").read_text())
-    time.sleep(0.5)  # the third job may have started on the freed worker; it ends at once either way
-    if to_group:
-        os.killpg(proc.pid, signal.SIGINT)
-    else:
-        proc.send_signal(signal.SIGINT)
-    _, rest = proc.communicate(timeout=60)
-    err = "".join(lines) + rest
-    assert proc.returncode == 130, err
-    assert "stopped slow after" in err and "Traceback" not in err
-    assert "finished: quick" in err and "stopped: slow" in err
-    deadline = time.monotonic() + 10
-    while not _gone(slow_pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _gone(slow_pid), "the interrupted worker is still running"
+    try:
+        lines: list[str] = []
+        _wait_for(proc, "done quick", lines)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "slow.pid").is_file() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        slow_pid = int((tmp_path / "slow.pid").read_text())
+        time.sleep(0.5)  # the third job may have started on the freed worker; it ends at once either way
+        if to_group:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGINT)
+        _, rest = proc.communicate(timeout=60)
+        err = "".join(lines) + rest
+        assert proc.returncode == 130, err
+        assert "stopped slow after" in err and "Traceback" not in err
+        assert "finished: quick" in err and "stopped: slow" in err
+        deadline = time.monotonic() + 10
+        while not _gone(slow_pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _gone(slow_pid), "the interrupted worker is still running"
+    finally:  # a failed run leaves nothing behind: the runner, and the worker that never ends
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if (tmp_path / "slow.pid").is_file() and not _gone(int((tmp_path / "slow.pid").read_text())):
+            os.kill(int((tmp_path / "slow.pid").read_text()), signal.SIGKILL)
 
 
 def _sigint_as_usual() -> None:

@@ -99,7 +99,17 @@ def test_ctrl_c_stops_the_demo_and_says_what_finished(tmp_path: Path) -> None:
         text=True,
         env=env,
         preexec_fn=_sigint_as_usual,
+        start_new_session=True,  # its own process group: a failed test kills the demo and its workers at once
     )
+    try:
+        _interrupt_the_demo(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def _interrupt_the_demo(proc: subprocess.Popen[str], tmp_path: Path) -> None:
     assert proc.stderr is not None
     seen: list[str] = []
     deadline = time.monotonic() + 300
