@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -120,6 +120,22 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- export
+
+
+def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.train.export import export_run
+
+    if rest:
+        raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
+    try:
+        folder = export_run(args.run_dir, args.out)
+    except ValueError as e:  # not a text run, no checkpoint, an occupied output folder: named in the message
+        raise UsageError(f"export: {' '.join(str(e).split())}") from None
+    print(f"written: {folder}  (SentenceTransformer({str(folder)!r}) loads it; contrastlab is not needed)")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------------------------- run
 
 
@@ -133,8 +149,39 @@ def _experiment_help(name: str) -> str:
     )
 
 
+def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run one experiment under a progress board (elapsed time, estimate from a recorded run) on stderr.
+
+    An experiment with ``OWN_PROGRESS`` (the demo) shows its own board; under torchrun only rank 0 shows one.
+    """
+    from contrastlab.distributed import rank
+    from contrastlab.experiments import default_out_dir, get_experiment, resolve_config, run_experiment
+    from contrastlab.experiments._durations import recorded_seconds
+    from contrastlab.progress import Board, Task
+    from contrastlab.train.dataconf import to_dict
+
+    if getattr(get_experiment(name), "OWN_PROGRESS", False):
+        return run_experiment(name, None, out_arg, quick=quick, overrides=overrides)
+    cfg = resolve_config(name, quick=quick, overrides=overrides)  # a bad field fails before the board shows
+    out = Path(out_arg) if out_arg else default_out_dir(name)
+    estimate = recorded_seconds(name, to_dict(cfg), out, quick=quick, reference=quick and not overrides)
+    board = Board(name, [Task(name, *estimate)], mode="auto" if rank() == 0 else "off")
+    with board:
+        board.start(name)
+        try:
+            results = run_experiment(name, cfg, out, quick=quick)
+        except KeyboardInterrupt:
+            board.end(name, "stopped", f"interrupted; what it wrote is in {out}")
+            raise
+        except BaseException as e:
+            board.end(name, "failed", type(e).__name__)
+            raise
+        board.end(name, "done")
+    return results
+
+
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
+    from contrastlab.experiments import describe_experiments, list_experiments
     from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()
@@ -156,7 +203,7 @@ def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.Argumen
         return EXIT_OK
     overrides = parse_overrides(rest)
     try:
-        results = run_experiment(args.name, None, args.out, quick=args.quick, overrides=overrides)
+        results = _run_with_board(args.name, args.out, args.quick, overrides)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -324,6 +371,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subs["eval"] = p
 
     p = sub.add_parser(
+        "export",
+        help="write a text run's fine-tuned model as a sentence-transformers folder",
+        description="Write the fine-tuned text encoder of a `contrastlab train` run as a sentence-transformers "
+        "folder that SentenceTransformer(OUT) loads without contrastlab (text runs also save one in RUN/model).",
+    )
+    p.add_argument("run_dir", help="a folder written by `contrastlab train` with a text encoder")
+    p.add_argument("out", help="the new folder (must not exist, or be empty)")
+    subs["export"] = p
+
+    p = sub.add_parser(
         "run",
         help="run a named experiment (--list to see them)",
         description="Run a registered experiment; `contrastlab run NAME --help` lists its config fields.",
@@ -404,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {
             "train": _cmd_train,
             "eval": _cmd_eval,
+            "export": _cmd_export,
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,

@@ -17,7 +17,8 @@ and the evaluation:
 
 :func:`run_job` checks the combination (:func:`check_job`, one :class:`~contrastlab.train.ConfigError`
 naming the field), builds everything, trains with :func:`~contrastlab.train.fit` and writes
-``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and ``results.json`` into the output folder.
+``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and ``results.json`` into the output folder, and for a
+text encoder ``model/``, a sentence-transformers folder of the fine-tuned model (:mod:`contrastlab.train.export`).
 """
 
 from __future__ import annotations
@@ -673,6 +674,19 @@ def run_job(
     }
     cols = results["tables"][0]["columns"]
     results["tables"][0]["rows"] = [[r.get(c) for c in cols] for r in result.history if any(k in r for k in cols[1:])]
+    from contrastlab.models.text import TEXT_ENCODERS
+
+    if write_results and is_main and config.encoder.name in TEXT_ENCODERS:  # the fine-tuned model leaves the run
+        from contrastlab.train.export import MODEL_FOLDER, save_sentence_transformers
+
+        about = {
+            "run": str(out.resolve()),
+            "step": result.steps,
+            "encoder": config.encoder.name,
+            "loss": config.loss.name,
+        }
+        save_sentence_transformers(model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about)
+        results["model_folder"] = MODEL_FOLDER
     if write_results and is_main:
         import datetime as _dt
 
