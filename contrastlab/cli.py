@@ -40,6 +40,44 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split a command's arguments into its own (options and positionals) and ``--FIELD VALUE`` overrides.
+
+    An option the command's parser knows keeps its value (``--out DIR``, ``--quick``); any other
+    ``--name`` takes the next argument as its value (``--name=value`` the same), so an override's value
+    is never mistaken for an optional positional argument, wherever the positionals are.
+
+    Raises:
+        UsageError: an override without a value (the end of the line, or another ``--option`` next).
+    """
+    known = parser._option_string_actions
+    kept: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if arg.startswith("-") and name in known:
+            takes_value = known[name].nargs != 0 and "=" not in arg
+            kept.extend(argv[i : i + 2] if takes_value else argv[i : i + 1])
+            i += 2 if takes_value else 1
+        elif arg.startswith("--") and len(arg) > 2:
+            if "=" in arg:
+                overrides.append(arg)
+                i += 1
+                continue
+            value = argv[i + 1] if i + 1 < len(argv) else None
+            if value is None or (value.startswith("--") and len(value) > 2):
+                after = "" if value is None else f" (got the option {value})"
+                raise UsageError(f"{parser.prog}: {arg} needs a value{after}")
+            overrides.extend((arg, value))
+            i += 2
+        else:
+            kept.append(arg)
+            i += 1
+    return kept, overrides
+
+
 def _fields_help(cls: type) -> str:
     from contrastlab.train.dataconf import describe_fields
 
@@ -388,7 +426,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         parser, subs = _build_parser()
-        args, rest = parser.parse_known_args(argv)
+        if argv and argv[0] in subs:
+            kept, rest = _split_overrides(subs[argv[0]], argv[1:])
+            args = parser.parse_args([argv[0], *kept])
+        else:
+            args, rest = parser.parse_known_args(argv)
         if args.command is None:
             if rest:
                 raise UsageError(f"contrastlab: unknown command {rest[0]!r} (see contrastlab --help)")
