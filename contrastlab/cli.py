@@ -92,7 +92,7 @@ def _fields_help(cls: type) -> str:
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
     from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
@@ -129,7 +129,8 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
+    from contrastlab.train.job import build_encoder, build_source, check_job, make_eval_fn
+    from contrastlab.train.job_config import JobConfig
     from contrastlab.train.trainer import resolve_device
 
     if rest:
@@ -141,7 +142,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
-    source = DATA_BUILDERS[cfg.data.name](cfg)
+    source = build_source(cfg)
     check_job(cfg, source)
     model = build_encoder(cfg, source)
     model.load_state_dict(state["model"])
@@ -337,7 +338,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subs: dict[str, argparse.ArgumentParser] = {}
 
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     p = sub.add_parser(
         "train",
