@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
+"""The ``contrastlab`` command: ``train | eval | run | report | audit | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -256,6 +256,32 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- mine
+
+
+def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.mine import MineConfig, mine_pairs
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    overrides: dict[str, Any] = dict(parse_overrides(rest))
+    for name in ("model", "pairs"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.quiet:
+        overrides["progress"] = False
+    cfg = apply_overrides(MineConfig(), overrides)
+    try:
+        summary = mine_pairs(cfg, args.out)
+    except ValueError as e:  # bad input: the message names the argument
+        raise UsageError(f"mine: {' '.join(str(e).split())}") from None
+    print(
+        f"{summary['complete']} of {summary['anchors']} anchors kept {cfg.num_negatives} negatives; "
+        f"{summary['rows']} rows written ({cfg.output_format})"
+    )
+    print(f"written: {summary['out']}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 DATA_FILES: dict[str, dict[str, Any]] = {}
@@ -405,6 +431,27 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     subs["audit"] = p
 
+    from contrastlab.mine import MineConfig
+
+    p = sub.add_parser(
+        "mine",
+        help="mine hard negatives for a pairs file (writes a pairs file with negative columns)",
+        description="Mine each anchor's hard negatives among the file's distinct positives, filtered as "
+        "sentence-transformers' mine_hard_negatives filters them (range_min, range_max, max_score, min_score, "
+        "margin, relative_margin, sampling), plus max_probability: a cap on the model's softmax-search "
+        "probability of a candidate over the whole corpus. Writes anchor, positive, negative_1..K rows (n-tuple) "
+        "or anchor, positive, negative rows (triplet) that `contrastlab train` (data.text.path) reads.",
+        epilog=_fields_help(MineConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model", nargs="?", help="minilm, a sentence-transformers/Hugging Face folder or cached name, or a .npy"
+    )
+    p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
+    p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    subs["mine"] = p
+
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
@@ -450,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "mine": _cmd_mine,
         }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TextPairs", "read_text_pairs", "PAIR_FORMATS"]
+__all__ = ["TextPairs", "read_text_pairs", "write_text_pairs", "PAIR_FORMATS"]
 
 PAIR_FORMATS = (".tsv", ".csv", ".jsonl")
 """File suffixes :func:`read_text_pairs` reads (a folder is read as a saved Hugging Face dataset)."""
@@ -307,3 +307,35 @@ def read_text_pairs(path: str | Path, *, header: bool = False, split: str | None
     if columns and len(columns) != len(rows[0]):
         columns = ()
     return TextPairs(tuple(rows), columns, p.name)
+
+
+def write_text_pairs(pairs: TextPairs, path: str | Path) -> None:
+    """Write ``pairs`` to a ``.tsv``, ``.csv`` or ``.jsonl`` file that :func:`read_text_pairs` reads back.
+
+    TSV and CSV get no header (their columns are positional: anchor, positive, negatives); JSONL gets
+    one object per row keyed by ``pairs.columns``. The file is written atomically (all or nothing).
+
+    Raises:
+        ValueError: naming ``path``, for an unknown suffix or a cell that a ``.tsv`` cannot hold (a tab
+            or a line break; write ``.csv`` or ``.jsonl`` instead).
+    """
+    from contrastlab.io import atomic_path
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in PAIR_FORMATS:
+        raise ValueError(f"path: {p} has suffix {suffix!r}; known: {', '.join(PAIR_FORMATS)}")
+    buf = io.StringIO(newline="")
+    if suffix == ".tsv":
+        for i, row in enumerate(pairs.rows):
+            if any(ch in c for c in row for ch in "\t\n\r"):
+                raise ValueError(f"path: {p}: row {i + 1} holds a tab or a line break; write .csv or .jsonl instead")
+            buf.write("\t".join(row) + "\n")
+    elif suffix == ".csv":
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerows(pairs.rows)
+    else:
+        for row in pairs.rows:
+            buf.write(json.dumps(dict(zip(pairs.columns, row, strict=True)), ensure_ascii=False) + "\n")
+    with atomic_path(p) as tmp:
+        tmp.write_bytes(buf.getvalue().encode("utf-8"))
