@@ -21,7 +21,8 @@ Of the survivors, most similar first, the first ``range_min`` are skipped and ``
 picked (:func:`select_negatives`): the next ones (``sampling="top"``) or a random draw among the rest
 (``"random"``, sentence-transformers' draw, seeded); an anchor with fewer survivors gets ``-1`` ids (and
 NaN scores) in the remaining slots. The filters and the picking are pure functions of one block of
-candidates, so a caller that searches another way (a sharded corpus) reuses them as they are.
+search results (:func:`negatives_from_candidates`), so a caller that searches another way (a sharded
+corpus, its shards' results merged) reuses them as they are.
 
 Memory: anchors are processed ``batch_size`` at a time, so what is held is the index, the ``(N, K)``
 results and ``O(batch_size × candidates)`` per batch (plus ``batch_size × block_size`` float32 logits,
@@ -54,6 +55,7 @@ __all__ = [
     "per_anchor_negatives",
     "candidate_filter",
     "select_negatives",
+    "negatives_from_candidates",
     "SAMPLINGS",
 ]
 
@@ -202,6 +204,55 @@ def select_negatives(
     return out
 
 
+def negatives_from_candidates(
+    cand_ids: np.ndarray,
+    cand_scores: np.ndarray,
+    positive_scores: np.ndarray,
+    *,
+    num_negatives: int,
+    candidates: int,
+    exclude: np.ndarray | None = None,
+    margin: float | None = None,
+    relative_margin: float | None = None,
+    max_score: float | None = None,
+    min_score: float | None = None,
+    log_prob: np.ndarray | None = None,
+    max_log_prob: float | None = None,
+    range_min: int = 0,
+    sampling: Sampling = "top",
+    rng: random.Random | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One block of anchors' negatives from their search results: the miner's whole selection, pure.
+
+    ``cand_ids``/``cand_scores`` are each anchor's ``candidates + P`` nearest items, most similar first,
+    its excluded ones included (``-1`` ids where the search found fewer); the ids in ``exclude`` are
+    dropped, then :func:`candidate_filter`, then at most ``candidates`` survivors (the most similar) are
+    kept and :func:`select_negatives` picks. A caller that searches shard by shard merges the shards'
+    top ``candidates + P`` into these arrays and calls this; the result is the whole index's.
+
+    Shape:
+        cand_ids, cand_scores, log_prob: ``(b, c')``; positive_scores: ``(b,)``; exclude: ``(b, P)``
+        (``-1`` pads). Returns ids ``(b, K)`` int64 (``-1`` missing), scores ``(b, K)`` float32 (NaN
+        missing), log-probabilities ``(b, K)`` float64 or None.
+    """
+    valid = cand_ids >= 0
+    if exclude is not None and exclude.shape[1]:
+        valid &= ~((cand_ids[:, :, None] == exclude[:, None, :]) & (exclude[:, None, :] >= 0)).any(axis=2)
+    keep = valid & candidate_filter(
+        cand_scores, positive_scores, margin=margin, relative_margin=relative_margin, max_score=max_score,
+        min_score=min_score, log_prob=log_prob, max_log_prob=max_log_prob,
+    )  # fmt: skip
+    keep &= np.cumsum(keep, axis=1) <= candidates  # at most `candidates` survivors (the most similar)
+    cols = select_negatives(keep, num_negatives, range_min=range_min, sampling=sampling, rng=rng)  # (b, K)
+    found = cols >= 0
+    rows = np.arange(cols.shape[0])[:, None]
+    safe = np.where(found, cols, 0)
+    ids = np.where(found, cand_ids[rows, safe], -1).astype(np.int64)
+    scores = np.where(found, cand_scores[rows, safe], np.nan).astype(np.float32)
+    lp = None if log_prob is None else np.where(found, log_prob[rows, safe], np.nan)
+    return ids, scores, lp
+
+
 def _exclusions(name: str, x: Tensor | np.ndarray | None, n: int) -> np.ndarray | None:
     """``exclude_ids`` as ``(N, P)`` int64 (``-1`` pads), from ``(N,)`` or ``(N, P)``."""
     if x is None:
@@ -263,11 +314,10 @@ def mine_hard_negatives(
         positives: each anchor's positive embedding (for the margins; with several positives, the one
             of lowest score, as sentence-transformers takes).
         num_negatives: K, negatives kept per anchor.
-        candidates: C, sentence-transformers' ``range_max``: the ``C + P − 1`` nearest items are searched
-            (P = ``exclude_ids`` per anchor; the first exclusion is left out by the search itself), the
-            excluded ones dropped, the rest filtered, and at most C survivors, the most similar, kept —
-            so with P = 1 the C nearest non-excluded items (default ``4 K + range_min``); where the
-            corpus has fewer, the missing ones count as filtered out.
+        candidates: C, sentence-transformers' ``range_max`` (default ``4 K + range_min``): as it does,
+            the ``C + P`` nearest items are searched (P = ``exclude_ids`` per anchor), the excluded ones
+            dropped, the rest filtered, and at most C survivors, the most similar, kept; where the corpus
+            has fewer, the missing ones count as filtered out.
         exclude_ids: per anchor, the corpus ids of its positives (``-1`` pads a row of ``(N, P)``), never
             candidates; ``None`` leaves nothing out by id.
         margin: keep c only if ``s(a, c) + margin ≤ s(a, p)``; ``None`` disables the filter.
@@ -340,31 +390,23 @@ def mine_hard_negatives(
     corpus = _IndexBlocks(index, block_size)
     log_cap = None if max_probability is None else math.log(max_probability)
     rng = random.Random(seed)
-    extra = 0 if excl is None else excl.shape[1] - 1  # further positives, masked after the search
-    k_search = min(c + extra, limit)
+    k_search = min(c + (0 if excl is None else excl.shape[1]), index.ntotal)  # the positives included
     for s in range(0, n, batch_size):
         e = min(s + batch_size, n)
-        res = index.search(a[s:e], k_search, exclude_ids=None if excl is None else excl[s:e, 0], batch_size=batch_size)
-        valid = res.ids >= 0
-        if extra and excl is not None:
-            others = excl[s:e, 1:]  # (b, P − 1)
-            valid &= ~((res.ids[:, :, None] == others[:, None, :]) & (others[:, None, :] >= 0)).any(axis=2)
+        res = index.search(a[s:e], k_search, batch_size=batch_size)
         lp = None
         if log_cap is not None:
             log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
             lp = res.scores.astype(np.float64) / tau - log_z[:, None]
-        keep = valid & candidate_filter(
-            res.scores, pos_scores[s:e], margin=margin, relative_margin=relative_margin, max_score=max_score,
-            min_score=min_score, log_prob=lp, max_log_prob=log_cap,
+        block = negatives_from_candidates(
+            res.ids, res.scores, pos_scores[s:e], num_negatives=k, candidates=c,
+            exclude=None if excl is None else excl[s:e], margin=margin,
+            relative_margin=relative_margin, max_score=max_score, min_score=min_score, log_prob=lp,
+            max_log_prob=log_cap, range_min=range_min, sampling=sampling, rng=rng,
         )  # fmt: skip
-        keep &= np.cumsum(keep, axis=1) <= c  # at most c survivors (the most similar)
-        cols = select_negatives(keep, k, range_min=range_min, sampling=sampling, rng=rng)  # (b, K)
-        rows, slot = np.nonzero(cols >= 0)
-        picked = cols[rows, slot]
-        ids[s + rows, slot] = res.ids[rows, picked]
-        scores[s + rows, slot] = res.scores[rows, picked]
-        if lp is not None and log_prob is not None:
-            log_prob[s + rows, slot] = lp[rows, picked]
+        ids[s:e], scores[s:e] = block[0], block[1]
+        if log_prob is not None and block[2] is not None:
+            log_prob[s:e] = block[2]
     return MinedNegatives(ids=ids, scores=scores, positive_scores=pos_scores, log_prob=log_prob)
 
 

@@ -303,6 +303,8 @@ class LossConfig:
         for key, value in self.options.items():
             if key in params and key in PER_BATCH_TENSORS:
                 raise ConfigError(f"options.{key} is a tensor computed per batch, not a config value")
+            if key in params and key in ("temperature", "bias", "symmetric", "normalize"):
+                raise ConfigError(f"options.{key} is not an option of loss {self.name!r}: set the field {key}")
             if key not in settable:
                 raise ConfigError(
                     f"options.{key} is not an option of loss {self.name!r}; its options: {', '.join(settable) or '(none)'}"

@@ -141,6 +141,7 @@ def test_learnable_parameters_equal_the_loss_modules() -> None:
         ({"max_inverse_temperature": 0.0}, "loss.max_inverse_temperature must be > 0"),
         ({"learnable_bias": True}, "loss.bias applies to losses with a logit bias (siglip); loss 'info_nce' has none"),
         ({"options": {"positive_mask": 1}}, "loss.options.positive_mask is a tensor computed per batch"),
+        ({"name": "siglip", "options": {"bias": -3.0}}, "loss.options.bias is not an option of loss 'siglip': set"),
         ({"name": "weince", "options": {"global_beta": 3}}, "loss.options.global_beta must be a table of Global"),
         ({"name": "weince", "options": {"global_beta": {"tail": 1}}}, "loss.options.global_beta.tail is not a field"),
     ],
