@@ -193,7 +193,7 @@ def test_cli_nul_bytes_and_utf16_are_refused_naming_the_file(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["--pairs", "P", "--max_queries", "1000", "--tau_max", "1.0", "--out", "O"],  # the documented order
+        ["--pairs", "P", "--max_queries", "1000", "--tau_max", "1.0", "--out", "O", "--n_boot", "300"],  # documented
         ["--max_queries=1000", "--pairs", "P", "--tau_max", "1.0", "--out", "O"],
         ["--pairs", "P", "--tau_max", "1.0", "M", "--max_queries", "1000", "--out", "O"],  # a positional between
     ],
@@ -214,6 +214,7 @@ def test_cli_overrides_parse_the_same_with_or_without_the_model(
     assert main(["audit", *argv]) == 0
     (cfg,) = seen
     assert (cfg.max_queries, cfg.tau_max, cfg.pairs) == (1000, 1.0, "P")
+    assert cfg.n_boot == (300 if "--n_boot" in argv else AuditConfig().n_boot)
     assert cfg.model == ("M" if "M" in argv else AuditConfig().model)
 
 
