@@ -177,6 +177,16 @@ def test_output_feeds_training_and_the_sentence_transformers_bridge(tmp_path: Pa
         assert batch["negatives"].shape[:2] == (8, 2)
 
 
+def test_a_saved_dataset_folder_mines_as_its_file_does(tmp_path: Path) -> None:
+    """--pairs may name a folder written by datasets' save_to_disk: the same rows as the .tsv it holds."""
+    pytest.importorskip("datasets")
+    pairs, emb, _ = _world(tmp_path)
+    read_text_pairs(pairs).to_hf_dataset().save_to_disk(str(tmp_path / "saved"))
+    from_file = _ours(tmp_path, emb, pairs, "--margin", "0.05", out="file.tsv")
+    from_folder = _ours(tmp_path, emb, tmp_path / "saved", "--margin", "0.05", out="folder.tsv")
+    assert from_file.read_text() == from_folder.read_text()
+
+
 BAD = {
     "embeddings of other dimensions than the pairs": (["bad.npy"], [], "model: bad.npy has 100 rows, but the pairs file has P = 90"),
     "range_min >= range_max": (["emb.npy"], ["--range_min", "5", "--range_max", "5"], "range_min must be smaller than range_max"),

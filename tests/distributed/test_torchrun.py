@@ -15,7 +15,10 @@ CONFIG = """
 data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}
 views: {kappa: 16.0}
 encoder: {hidden: [32, 32], out_dim: 4}
-loss: {name: LOSS, temperature: 0.1, symmetric: SYM}
+loss:
+  name: LOSS
+  temperature: 0.1
+  symmetric: SYM
 NEGATIVES
 train:
   steps: 25
@@ -39,6 +42,7 @@ def _run(args: list[str], cwd: Path) -> None:
     [
         ("info_nce", "true", ""),
         ("info_nce", "false", "negatives: {kind: queue, size: 192, momentum: 0.9}"),  # MoCo: queue + key encoder
+        ("siglip", "false", "  learnable_temperature: true\n  learnable_bias: true"),  # loss parameters under DDP
         pytest.param("nt_xent", "false", "", marks=pytest.mark.slow),
     ],
 )
@@ -71,7 +75,7 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym, negatives):
     s2 = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
     for k in s1:
         torch.testing.assert_close(s2[k], s1[k], rtol=1e-4, atol=1e-5)
-    if negatives:  # the queue rank 0 saved (every rank's keys, in rank order) is the one process's queue
+    if "queue" in negatives:  # the queue rank 0 saved (every rank's keys, in rank order) is the one process's queue
         q1 = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["extra"]["queue"]
         q2 = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["extra"]["queue"]
         assert (q1["ptr"], q1["count"]) == (q2["ptr"], q2["count"]) == (25 * 64 % 192, 192)
