@@ -216,3 +216,24 @@ def test_a_run_with_learned_siglip_parameters_is_re_evaluated_from_its_checkpoin
     assert cli.main(["eval", str(out)]) == 0
     again = json.loads((out / "eval.json").read_text())["metrics"]
     assert again["loss"] == pytest.approx(metrics["eval_loss"], rel=1e-6)
+
+
+def test_cross_batch_memory_from_the_config_pushes_the_trained_encoders_keys(tmp_path: Path) -> None:
+    """momentum: null — no key encoder; after 3 steps of 16 pairs the queue holds the last 40 keys."""
+    from contrastlab.train.checkpoint import latest_checkpoint
+    from contrastlab.train.job import run_job
+
+    config = from_dict(
+        JobConfig,
+        {
+            "data": {"latent_dim": 3, "batch_size": 16}, "encoder": {"hidden": [8], "out_dim": 3, "proj_dim": 5},
+            "eval": {"n": 32}, "train": {"steps": 3, "progress": False},
+            "negatives": {"kind": "queue", "size": 40, "momentum": None},
+        },
+    )  # fmt: skip
+    run_job(config, tmp_path)
+    state = latest_checkpoint(tmp_path)
+    assert set(state["extra"]) == {"queue"}
+    queue = state["extra"]["queue"]
+    assert queue["buffer"].shape == (40, 5)  # the projection's dimension: the loss's embeddings
+    assert (queue["ptr"], queue["count"]) == (48 % 40, 40)
