@@ -120,7 +120,9 @@ def _run_pairs(path: Path, device: str) -> AuditPairs:
     from contrastlab.io import read_json_verified
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, embed_rows
+    from contrastlab.train.job import build_encoder, embed_rows
+    from contrastlab.train.job_config import JobConfig
+    from contrastlab.train.sources import DATA_BUILDERS
 
     cfg = from_dict(JobConfig, read_json_verified(path / "config.json"))
     state = latest_checkpoint(path)
