@@ -41,6 +41,7 @@ def test_case_registry_covers_every_loss_and_mode():
     for beta_mode in ("per_anchor", "one", "global_ema"):
         assert f"weince/simclr/{beta_mode}" in names
     assert any("aux_top_m" in n for n in names)
+    assert {"matryoshka/nt_xent", "matryoshka/supcon", "matryoshka/weince"} <= names
 
 
 @pytest.mark.parametrize("excl", [False, True])
@@ -112,3 +113,13 @@ def test_gloo_parity_with_single_process(world):
         tol = 1e-6 if dtype == torch.float64 else 1e-5
         assert loss_err <= tol, (name, dtype, loss_err)
         assert grad_err <= tol, (name, dtype, grad_err)
+
+
+@pytest.mark.distributed
+def test_matryoshka_on_two_gloo_ranks_equals_one_process():
+    """Nested prefixes under gather: every width's share gathered on its own, summed with its weight."""
+    report = check_parity(2, prefix="matryoshka/")
+    assert len(report) == 2 * sum(c.name.startswith("matryoshka/") for c in CASES)
+    for (name, dtype), (loss_err, grad_err) in report.items():
+        tol = 1e-6 if dtype == torch.float64 else 1e-5
+        assert loss_err <= tol and grad_err <= tol, (name, dtype, loss_err, grad_err)
