@@ -13,7 +13,9 @@ and the evaluation:
   Hugging Face folder);
 * ``loss.name`` — the loss registry of :mod:`contrastlab.losses`, called through its signature
   (:func:`call_loss`);
-* ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data).
+* ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data);
+* ``matryoshka.dims`` — optional nested prefix widths: the loss is then summed over the prefixes of the
+  embedding (:class:`~contrastlab.train.matryoshka.MatryoshkaConfig`).
 
 :func:`run_job` checks the combination (:func:`check_job`, one :class:`~contrastlab.train.ConfigError`
 naming the field), builds everything, trains with :func:`~contrastlab.train.fit` and writes
@@ -33,6 +35,7 @@ from torch import Tensor, nn
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
+from contrastlab.train.matryoshka import MatryoshkaConfig
 from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
 
@@ -352,6 +355,8 @@ class JobConfig:
     """encoder architecture"""
     loss: LossConfig = field(default_factory=LossConfig)
     """loss and temperature"""
+    matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
+    """the loss on nested prefixes of the embedding (Matryoshka representation learning; empty dims: off)"""
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
     """negatives beyond the batch"""
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -376,6 +381,8 @@ class JobConfig:
             raise ConfigError(
                 f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
             )
+        e = self.encoder
+        self.matryoshka.check_width(e.proj_dim or e.out_dim, "encoder.proj_dim" if e.proj_dim else "encoder.out_dim")
         if self.data.name == "sphere" and self.eval.n < 2 * (self.encoder.out_dim + 2):
             raise ConfigError(
                 f"eval.n must be >= {2 * (self.encoder.out_dim + 2)} on sphere: the held-out latent R² fits on half "
@@ -457,12 +464,15 @@ def call_loss(
     labels: Tensor | None = None,
     negatives: Tensor | None = None,
     gather: bool = False,
+    matryoshka: MatryoshkaConfig | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
     The loss function gets ``(anchor, positive[, negatives])`` — or ``(cat(anchor, positive),
     cat(labels, labels))`` when it takes ``labels`` — and, among ``temperature``, ``symmetric``,
-    ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``.
+    ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``. With
+    ``matryoshka`` (dims given) it is the weighted sum of that loss over the nested prefixes of the
+    embeddings (:func:`contrastlab.losses.matryoshka`).
 
     Args:
         config: the loss.
@@ -471,6 +481,7 @@ def call_loss(
         labels: ``(N,)`` class labels (losses with a ``labels`` argument).
         negatives: ``(M, D)`` or ``(N, K, D)`` fresh negatives.
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
+        matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
 
     Returns:
         The scalar loss.
@@ -482,12 +493,17 @@ def call_loss(
     if "gather" in params:
         kwargs["gather"] = gather
     kwargs.update(config.options)
+    prefixes = matryoshka or MatryoshkaConfig()
+
+    def loss(*args: Tensor) -> Tensor:
+        return cast(Tensor, fn(*args, **kwargs))
+
     if "labels" in params:
         if labels is None:
             raise ValueError(f"labels must be given for loss {config.name!r}")
-        return cast(Tensor, fn(torch.cat([anchor, positive]), torch.cat([labels, labels]), **kwargs))
+        return prefixes.apply(loss, torch.cat([anchor, positive]), torch.cat([labels, labels]))
     args = (anchor, positive) if negatives is None else (anchor, positive, negatives)
-    return cast(Tensor, fn(*args, **kwargs))
+    return prefixes.apply(loss, *args)
 
 
 def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
@@ -506,7 +522,15 @@ def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
     def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
         n, raw = batch["anchor"].shape[0], batch.get("negatives")
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
-        return call_loss(config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True)
+        return call_loss(
+            config.loss,
+            emb[:n],
+            emb[n : 2 * n],
+            labels=batch.get("labels"),
+            negatives=negs,
+            gather=True,
+            matryoshka=config.matryoshka,
+        )
 
     return EmbeddingObjective(inputs=inputs, loss=loss)
 
@@ -557,6 +581,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                     a[i : i + b],
                     p[i : i + b],
                     labels=None if labels is None else labels[i : i + b].to(device),
+                    matryoshka=config.matryoshka,
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
@@ -645,8 +670,9 @@ def run_job(
         for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
         if key in final
     )
+    nested = f" over the prefixes {list(config.matryoshka.dims)}" if config.matryoshka.enabled else ""
     summary = (
-        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}) on "
+        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
         f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
         f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
