@@ -12,7 +12,6 @@ from functools import partial
 import pytest
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from contrastlab.losses import (
     LOSSES,
@@ -26,6 +25,7 @@ from contrastlab.losses import (
     weince,
 )
 from tests.losses.test_registry import D, _call, _inputs
+from tests.peers import matryoshka_mnrl_loss
 
 EPS = torch.finfo(torch.float64).eps
 
@@ -39,36 +39,15 @@ def _views(n: int, d: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 # ----------------------------------------------------------------- sentence-transformers' MatryoshkaLoss
 
 
-class _Columns(nn.Module):
-    """What sentence-transformers' MatryoshkaLoss needs of a model: a forward and the embedding width.
-
-    Each column's features carry its precomputed embedding under ``"x"``; the forward returns a fresh
-    dict, as a SentenceTransformer does (MatryoshkaLoss writes the truncated embedding into it).
-    """
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.width = width
-
-    def forward(self, features: dict) -> dict:
-        return {"sentence_embedding": features["x"]}
-
-    def get_embedding_dimension(self) -> int:
-        return self.width
-
-
 @pytest.mark.parametrize(
     ("dims", "weights"),
     [((8, 16, 32, 64), None), ((4, 64), (0.5, 2.0)), ((12, 24, 48), (1.0, 0.0, 3.0)), ((64,), None)],
 )
 @pytest.mark.parametrize("scale", [20.0, 50.0])
 def test_equals_sentence_transformers_matryoshka_mnrl_in_value_and_gradient(dims, weights, scale) -> None:
-    st = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
     n, d = 10, 64
     a, p = (x.requires_grad_() for x in _views(n, d, seed=len(dims)))
-    model = _Columns(d)
-    ref_fn = st.MatryoshkaLoss(model, st.MultipleNegativesRankingLoss(model, scale=scale), list(dims), weights)
-    ref = ref_fn([{"x": a}, {"x": p}], None)
+    ref = matryoshka_mnrl_loss([a, p], dims, weights, scale=scale)
     got = matryoshka(partial(info_nce, temperature=1.0 / scale), a, p, dims=dims, weights=weights)
     assert got.dtype == torch.float64
     # Per width, each side's logit s·cos is a d-term dot product of rows normalised once (ours) or twice
