@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | data | search``.
+"""The ``contrastlab`` command: ``train | eval | run | report | audit | export | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -217,6 +217,24 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- export
+
+
+def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.export.onnx import export_model
+
+    if rest:
+        raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
+    if args.max_seq_length is not None and args.max_seq_length < 1:
+        raise UsageError(f"export: --max-seq-length must be >= 1, got {args.max_seq_length}")
+    try:
+        out = export_model(args.model, args.onnx, max_seq_length=args.max_seq_length)
+    except ValueError as e:  # bad input: the message names the argument (model, onnx) or the file
+        raise UsageError(f"export: {' '.join(str(e).split())}") from None
+    print(f"written: {out / 'model.onnx'} (verified against PyTorch; load with contrastlab.export.load_onnx)")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 DATA_FILES: dict[str, dict[str, Any]] = {}
@@ -367,6 +385,19 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subs["audit"] = p
 
     p = sub.add_parser(
+        "export",
+        help="export a model to ONNX, served by onnxruntime without PyTorch",
+        description="Export a text model (minilm, a sentence-transformers/Hugging Face folder) or a contrastlab run's "
+        "encoder (text, MLP, CNN, ResNet-18, ViT) to an ONNX folder: model.onnx (dynamic batch and sequence axes, "
+        "pooling and normalisation inside), the tokenizer, and a checksummed onnx.json. The folder can be audited "
+        "(contrastlab audit OUT).",
+    )
+    p.add_argument("model", help="minilm, a model folder, or a contrastlab run folder")
+    p.add_argument("--onnx", required=True, metavar="OUT", help="the export folder to write (must not exist)")
+    p.add_argument("--max-seq-length", type=int, help="tokens per text at run time (default: the model's own)")
+    subs["export"] = p
+
+    p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
     p.add_argument("name", nargs="?", help="one dataset (all files listed)")
@@ -407,6 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "export": _cmd_export,
         }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning
