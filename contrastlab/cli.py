@@ -227,11 +227,17 @@ def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
         raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
     if args.max_seq_length is not None and args.max_seq_length < 1:
         raise UsageError(f"export: --max-seq-length must be >= 1, got {args.max_seq_length}")
+    if args.int8 is not None and Path(args.int8).exists():
+        raise UsageError(f"export: int8: {args.int8} already exists; give a new folder")
     try:
         out = export_model(args.model, args.onnx, max_seq_length=args.max_seq_length)
+        print(f"written: {out / 'model.onnx'} (verified against PyTorch; load with contrastlab.export.load_onnx)")
+        if args.int8 is not None:
+            from contrastlab.export.quantize import quantize_int8
+
+            print(f"written: {quantize_int8(out, args.int8) / 'model.onnx'} (int8 dynamic quantization)")
     except ValueError as e:  # bad input: the message names the argument (model, onnx) or the file
         raise UsageError(f"export: {' '.join(str(e).split())}") from None
-    print(f"written: {out / 'model.onnx'} (verified against PyTorch; load with contrastlab.export.load_onnx)")
     return EXIT_OK
 
 
@@ -395,6 +401,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("model", help="minilm, a model folder, or a contrastlab run folder")
     p.add_argument("--onnx", required=True, metavar="OUT", help="the export folder to write (must not exist)")
     p.add_argument("--max-seq-length", type=int, help="tokens per text at run time (default: the model's own)")
+    p.add_argument("--int8", metavar="DIR", help="also write an int8 dynamically quantized copy to DIR (audit it)")
     subs["export"] = p
 
     p = sub.add_parser(

@@ -7,6 +7,7 @@ write an export folder (``model.onnx``, the tokenizer of a text model, and the c
 """
 
 from contrastlab.export.onnx import export_model, export_tensor_onnx, export_text_onnx
+from contrastlab.export.quantize import quantize_int8
 from contrastlab.export.runtime import OnnxTensorEncoder, OnnxTextEncoder, is_export_folder, load_onnx, read_export
 
 __all__ = [
@@ -17,5 +18,6 @@ __all__ = [
     "export_text_onnx",
     "is_export_folder",
     "load_onnx",
+    "quantize_int8",
     "read_export",
 ]

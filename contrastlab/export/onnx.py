@@ -135,6 +135,7 @@ def _building(out: Path) -> Iterator[Path]:
         raise ValueError(f"onnx: {out} already exists; give a new folder")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it 0700; an export is meant to be read by others
     try:
         yield tmp
         if out.exists():
