@@ -163,15 +163,34 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
-    from contrastlab.train.export import export_run
-
     if rest:
         raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
+    if args.st is not None:
+        from contrastlab.train.export import export_run
+
+        if args.max_seq_length is not None or args.int8 is not None:
+            raise UsageError("export: --max-seq-length and --int8 go with --onnx, not --st")
+        try:
+            folder = export_run(args.model, args.st)
+        except ValueError as e:  # not a text run, no checkpoint, an occupied output folder: named in the message
+            raise UsageError(f"export: {' '.join(str(e).split())}") from None
+        print(f"written: {folder}  (SentenceTransformer({str(folder)!r}) loads it; contrastlab is not needed)")
+        return EXIT_OK
+    from contrastlab.export.onnx import export_model
+
+    if args.max_seq_length is not None and args.max_seq_length < 1:
+        raise UsageError(f"export: --max-seq-length must be >= 1, got {args.max_seq_length}")
+    if args.int8 is not None and Path(args.int8).exists():
+        raise UsageError(f"export: int8: {args.int8} already exists; give a new folder")
     try:
-        folder = export_run(args.run_dir, args.out)
-    except ValueError as e:  # not a text run, no checkpoint, an occupied output folder: named in the message
+        out = export_model(args.model, args.onnx, max_seq_length=args.max_seq_length)
+        print(f"written: {out / 'model.onnx'} (verified against PyTorch; load with contrastlab.export.load_onnx)")
+        if args.int8 is not None:
+            from contrastlab.export.quantize import quantize_int8
+
+            print(f"written: {quantize_int8(out, args.int8) / 'model.onnx'} (int8 dynamic quantization)")
+    except ValueError as e:  # bad input: the message names the argument (model, onnx) or the file
         raise UsageError(f"export: {' '.join(str(e).split())}") from None
-    print(f"written: {folder}  (SentenceTransformer({str(folder)!r}) loads it; contrastlab is not needed)")
     return EXIT_OK
 
 
@@ -436,16 +455,6 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subs["eval"] = p
 
     p = sub.add_parser(
-        "export",
-        help="write a text run's fine-tuned model as a sentence-transformers folder",
-        description="Write the fine-tuned text encoder of a `contrastlab train` run as a sentence-transformers "
-        "folder that SentenceTransformer(OUT) loads without contrastlab (text runs also save one in RUN/model).",
-    )
-    p.add_argument("run_dir", help="a folder written by `contrastlab train` with a text encoder")
-    p.add_argument("out", help="the new folder (must not exist, or be empty)")
-    subs["export"] = p
-
-    p = sub.add_parser(
         "run",
         help="run a named experiment (--list to see them)",
         description="Run a registered experiment; `contrastlab run NAME --help` lists its config fields.",
@@ -508,6 +517,24 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     subs["mine"] = p
+
+    p = sub.add_parser(
+        "export",
+        help="export a model to ONNX (--onnx) or a text run as a sentence-transformers folder (--st)",
+        description="--onnx OUT: export a text model (minilm, a sentence-transformers/Hugging Face folder) or a "
+        "contrastlab run's encoder (text, MLP, CNN, ResNet-18, ViT) to an ONNX folder: model.onnx (dynamic batch and "
+        "sequence axes, pooling and normalisation inside), the tokenizer, and a checksummed onnx.json; the folder can "
+        "be audited (contrastlab audit OUT). --st OUT: write the fine-tuned text encoder of a `contrastlab train` run "
+        "as a sentence-transformers folder that SentenceTransformer(OUT) loads without contrastlab (text runs also "
+        "save one in RUN/model).",
+    )
+    p.add_argument("model", help="minilm, a model folder, or a contrastlab run folder (--st: a text run)")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--onnx", metavar="OUT", help="the ONNX export folder to write (must not exist)")
+    target.add_argument("--st", metavar="OUT", help="the sentence-transformers folder to write (new or empty)")
+    p.add_argument("--max-seq-length", type=int, help="--onnx: tokens per text at run time (default: the model's own)")
+    p.add_argument("--int8", metavar="DIR", help="--onnx: also write an int8 dynamically quantized copy to DIR")
+    subs["export"] = p
 
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."

@@ -22,6 +22,7 @@ import pytest
 __all__ = [
     "gist_embed_loss",
     "lightly_dcl_loss",
+    "matryoshka_mnrl_loss",
     "multiple_negatives_ranking_loss",
     "open_clip_loss",
     "sentence_transformers_losses",
@@ -99,3 +100,27 @@ def multiple_negatives_ranking_loss(anchor, positive, *negatives, scale=20.0, **
     st = sentence_transformers_losses()
     loss = st.MultipleNegativesRankingLoss(model=None, scale=scale, **kwargs)
     return loss.compute_loss_from_embeddings([anchor, positive, *negatives], labels=None)
+
+
+def matryoshka_mnrl_loss(columns, dims, weights=None, scale=20.0):
+    """sentence-transformers' ``MatryoshkaLoss`` around ``MultipleNegativesRankingLoss`` on given embeddings.
+
+    Shape: ``columns`` is ``[anchor, positive, *hard negatives]``, each ``(N, D)``. MatryoshkaLoss replaces
+    the model's ``forward`` while it runs and asks for its width, so the model here is an ``nn.Module``
+    whose forward returns each column's embedding in a fresh dict (MatryoshkaLoss writes the truncated
+    embedding into it).
+    """
+    import torch
+
+    st = sentence_transformers_losses()
+
+    class ColumnModel(torch.nn.Module):
+        def forward(self, features: dict) -> dict:
+            return {"sentence_embedding": features["x"]}
+
+        def get_embedding_dimension(self) -> int:
+            return int(columns[0].shape[-1])
+
+    model = ColumnModel()
+    loss = st.MatryoshkaLoss(model, st.MultipleNegativesRankingLoss(model, scale=scale), list(dims), weights)
+    return loss([{"x": c} for c in columns], None)

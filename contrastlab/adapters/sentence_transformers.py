@@ -23,6 +23,10 @@ contrastlab module                columns → loss
 ``NTXentLoss``                    (anchor, positive): SimCLR's NT-Xent.
 ================================  =====================================================================
 
+Any of them may come wrapped in :class:`~contrastlab.losses.MatryoshkaLoss`: the columns are then truncated
+to each width and the wrapped loss (with its column handling above) is summed over the widths, which with
+``InfoNCELoss(temperature=1/scale)`` is sentence-transformers' ``MatryoshkaLoss`` around MNRL.
+
 With hard negatives, InfoNCE's per-row loss over the union of in-batch positives P and hard negatives H
 is assembled exactly from two calls of :func:`contrastlab.losses.info_nce` with ``reduction="none"``:
 
@@ -44,13 +48,22 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab.losses import InfoNCELoss, NTXentLoss, SupConLoss, SupportCorrectedInfoNCELoss, WEINCELoss, info_nce
+from contrastlab.losses import (
+    InfoNCELoss,
+    MatryoshkaLoss,
+    NTXentLoss,
+    SupConLoss,
+    SupportCorrectedInfoNCELoss,
+    WEINCELoss,
+    info_nce,
+    matryoshka,
+)
 
 __all__ = ["ContrastlabLoss", "SUPPORTED_LOSSES", "embed_columns"]
 
@@ -61,7 +74,9 @@ SUPPORTED_LOSSES: tuple[type[nn.Module], ...] = (
     SupportCorrectedInfoNCELoss,
     NTXentLoss,
 )
-"""The contrastlab loss modules :class:`ContrastlabLoss` can wrap."""
+"""The contrastlab loss modules :class:`ContrastlabLoss` can wrap (each also inside a ``MatryoshkaLoss``)."""
+
+_MATRYOSHKA = "Kusupati et al. 2022, Matryoshka Representation Learning, arXiv 2205.13147"
 
 _CITATIONS = {
     InfoNCELoss: "van den Oord, Li & Vinyals 2018, Representation Learning with Contrastive Predictive Coding, "
@@ -93,20 +108,24 @@ class ContrastlabLoss(nn.Module):
     Args:
         model: the ``SentenceTransformer`` being trained.
         loss: one of :data:`SUPPORTED_LOSSES`, configured (temperature, variant, ``gather`` …) and with
-            ``reduction="mean"``. τ = 1/scale makes ``InfoNCELoss`` equal MNRL.
+            ``reduction="mean"``, or a :class:`~contrastlab.losses.MatryoshkaLoss` around one. τ = 1/scale
+            makes ``InfoNCELoss`` equal MNRL (and ``MatryoshkaLoss(InfoNCELoss(...), dims)`` equal
+            sentence-transformers' ``MatryoshkaLoss`` around MNRL).
 
     Raises:
-        TypeError: ``loss`` is not one of :data:`SUPPORTED_LOSSES`.
+        TypeError: ``loss`` is not one of :data:`SUPPORTED_LOSSES` (or a ``MatryoshkaLoss`` of one).
         ValueError: ``loss.reduction`` is not ``"mean"``.
     """
 
     def __init__(self, model: nn.Module, loss: nn.Module) -> None:
         super().__init__()
-        if not isinstance(loss, SUPPORTED_LOSSES):
+        inner = loss.loss if isinstance(loss, MatryoshkaLoss) else loss
+        if not isinstance(inner, SUPPORTED_LOSSES):
             known = ", ".join(t.__name__ for t in SUPPORTED_LOSSES)
-            raise TypeError(f"loss must be one of {known}, got {type(loss).__name__}")
-        if getattr(loss, "reduction", "mean") != "mean":
-            raise ValueError(f"loss must have reduction='mean' for the trainer, got {loss.reduction!r}")
+            what = f"MatryoshkaLoss of {type(inner).__name__}" if inner is not loss else type(loss).__name__
+            raise TypeError(f"loss must be one of {known} (or a MatryoshkaLoss of one), got {what}")
+        if getattr(inner, "reduction", "mean") != "mean":
+            raise ValueError(f"loss must have reduction='mean' for the trainer, got {inner.reduction!r}")
         self.model = model
         self.loss = loss
 
@@ -122,7 +141,17 @@ class ContrastlabLoss(nn.Module):
         """
         if len(embeddings) < 1:
             raise ValueError("embeddings must hold at least one column")
-        loss = self.loss
+        if isinstance(self.loss, MatryoshkaLoss):
+            inner = cast(nn.Module, self.loss.loss)  # checked to be a supported module at construction
+
+            def columns_loss(*columns: Tensor) -> Tensor:
+                return self._columns_loss(inner, list(columns), labels)
+
+            return matryoshka(columns_loss, *embeddings, dims=self.loss.dims, weights=self.loss.weights)
+        return self._columns_loss(self.loss, embeddings, labels)
+
+    def _columns_loss(self, loss: nn.Module, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
+        """The supported loss ``loss`` on the columns, as the module table describes."""
         if isinstance(loss, SupConLoss):
             return self._supcon(loss, embeddings, labels)
         if len(embeddings) < 2:
@@ -179,5 +208,7 @@ class ContrastlabLoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        """The paper behind the wrapped loss."""
+        """The paper behind the wrapped loss (and Matryoshka's, when it is wrapped in ``MatryoshkaLoss``)."""
+        if isinstance(self.loss, MatryoshkaLoss):
+            return f"{_CITATIONS[type(self.loss.loss)]}; {_MATRYOSHKA}"
         return _CITATIONS[type(self.loss)]

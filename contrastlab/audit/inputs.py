@@ -15,6 +15,9 @@ Models:
 * a contrastlab run folder (``config.json`` and a checkpoint, written by ``contrastlab train``): its
   encoder on its own held-out pairs (anchor → positive), or — a text run — on a pairs file, like any text
   model (:func:`contrastlab.train.export.run_text_encoder`);
+* an ONNX export folder (``contrastlab export MODEL --onnx OUT``; its ``onnx.json`` and every file it
+  lists verified first): the exported text model run by onnxruntime
+  (:class:`~contrastlab.export.runtime.OnnxTextEncoder`), tokenised as sentence-transformers does;
 * a ``.npy`` file of shape ``(2P, D)``: the embeddings of the P queries (rows ``0 … P−1``) and then of their
   documents (rows ``P … 2P−1``), in the order of the pairs (the code corpus's order by default).
 
@@ -28,7 +31,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +40,9 @@ from torch import Tensor
 from contrastlab.audit.config import AuditConfig
 from contrastlab.data.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
 from contrastlab.models.text import hf_progress_bars
+
+if TYPE_CHECKING:
+    from contrastlab.export.runtime import OnnxTextEncoder
 
 __all__ = ["AuditPairs", "load_pairs", "TextEncoder", "check_model_path", "load_model", "encode_texts", "BUNDLED_MODEL"]
 
@@ -265,7 +271,9 @@ def check_model_path(name: str) -> None:
     Raises:
         ValueError: naming the argument ``model``.
     """
-    if name == BUNDLED_MODEL:
+    from contrastlab.export.runtime import is_export_folder
+
+    if name == BUNDLED_MODEL or is_export_folder(name):  # an export is verified when it is loaded
         return
     p = Path(name)
     looks_like_path = p.is_absolute() or name.startswith((".", "~")) or p.exists() or os.sep in name.rstrip(os.sep)
@@ -277,12 +285,20 @@ def check_model_path(name: str) -> None:
         raise ValueError(f"model: folder {name} does not exist")
 
 
-def load_model(config: AuditConfig) -> TextEncoder:
+def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
     """Load the text model named by ``config.model`` from disk (nothing is downloaded).
 
+    An ONNX export folder is loaded as an onnxruntime encoder (on the CPU, whatever ``config.device``).
+
     Raises:
-        ValueError: the folder does not exist, is not a model, or the name is not in the local cache.
+        ValueError: the folder does not exist, is not a model, or the name is not in the local cache; an
+            ONNX export of an encoder that does not take text.
+        contrastlab.io.CorruptFileError: a file of an ONNX export is truncated or corrupted (named).
     """
+    from contrastlab.export.runtime import OnnxTextEncoder, is_export_folder
+
+    if is_export_folder(config.model):
+        return OnnxTextEncoder(config.model, max_seq_length=config.max_seq_length)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -330,7 +346,9 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
     return TextEncoder(model, f"{path} (contrastlab run, step {step})")
 
 
-def encode_texts(encoder: TextEncoder, texts: list[str], *, batch_size: int, progress: bool, label: str) -> Tensor:
+def encode_texts(
+    encoder: TextEncoder | OnnxTextEncoder, texts: list[str], *, batch_size: int, progress: bool, label: str
+) -> Tensor:
     """Encode ``texts`` in batches sorted by length; rows come back in the input order.
 
     Memory is the ``(len(texts), D)`` float32 result plus one batch.

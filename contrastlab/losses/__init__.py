@@ -1,9 +1,13 @@
-"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, WEINCE, support-corrected, debiased, hard-negative, SigLIP, ``LOSSES``."""
+"""The InfoNCE family: InfoNCE/DCL, NT-Xent, SupCon, WEINCE, support-corrected, debiased, hard-negative, SigLIP, ``LOSSES``.
+
+:func:`matryoshka` / :class:`MatryoshkaLoss` wrap any of them to train nested prefixes of the embedding.
+"""
 
 from contrastlab.losses.alignment_uniformity import alignment, uniformity
 from contrastlab.losses.debiased import DebiasedInfoNCELoss, debiased_info_nce
 from contrastlab.losses.hard_negative import HardNegativeInfoNCELoss, hard_negative_info_nce
 from contrastlab.losses.info_nce import InfoNCELoss, info_nce
+from contrastlab.losses.matryoshka import MatryoshkaLoss, matryoshka
 from contrastlab.losses.nt_xent import NTXentLoss, nt_xent
 from contrastlab.losses.registry import LOSSES
 from contrastlab.losses.siglip import SigLIPLoss, siglip
@@ -18,6 +22,7 @@ __all__ = [
     "HardNegativeInfoNCELoss",
     "InfoNCELoss",
     "LearnableTemperature",
+    "MatryoshkaLoss",
     "NTXentLoss",
     "SigLIPLoss",
     "SupConLoss",
@@ -28,6 +33,7 @@ __all__ = [
     "debiased_info_nce",
     "hard_negative_info_nce",
     "info_nce",
+    "matryoshka",
     "nt_xent",
     "siglip",
     "supcon",

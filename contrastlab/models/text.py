@@ -32,7 +32,14 @@ from torch import Tensor, nn
 
 from contrastlab.data.text_codes import codes_to_texts
 
-__all__ = ["TEXT_ENCODERS", "TransformerTextEncoder", "load_text_model", "bundled_minilm_path", "hf_progress_bars"]
+__all__ = [
+    "TEXT_ENCODERS",
+    "TransformerTextEncoder",
+    "load_sentence_transformer",
+    "load_text_model",
+    "bundled_minilm_path",
+    "hf_progress_bars",
+]
 
 
 class TransformerTextEncoder(nn.Module):
@@ -152,6 +159,28 @@ def _check_folder(path: str) -> None:
         raise ValueError(f"path: {path} holds neither modules.json nor config.json (not a model folder)")
 
 
+def load_sentence_transformer(path: str) -> Any:
+    """The ``SentenceTransformer`` of the model folder ``path``, read from disk on the CPU (nothing is downloaded).
+
+    Raises:
+        ValueError: a missing folder, a folder that is not a model, a model that cannot be loaded
+            (messages start with ``path``); sentence-transformers not installed.
+    """
+    _check_folder(path)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        raise ValueError("path: text models need the text extra (pip install 'contrastlab[text]')") from None
+    try:
+        with hf_progress_bars(False):  # transformers' per-tensor "Loading weights" bar
+            return SentenceTransformer(str(Path(path).expanduser()), device="cpu", local_files_only=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"path: cannot load the model in {path} ({first})") from None
+
+
 def load_text_model(path: str, max_seq_length: int, description: str | None = None) -> TransformerTextEncoder:
     """Load the model folder ``path`` from disk (nothing is downloaded) as a :class:`TransformerTextEncoder`.
 
@@ -168,23 +197,11 @@ def load_text_model(path: str, max_seq_length: int, description: str | None = No
     """
     if isinstance(max_seq_length, bool) or not isinstance(max_seq_length, int) or max_seq_length < 1:
         raise ValueError(f"max_seq_length must be a positive int, got {max_seq_length!r}")
-    _check_folder(path)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError:
-        raise ValueError("path: text models need the text extra (pip install 'contrastlab[text]')") from None
+    model = load_sentence_transformer(path)
     try:
         from sentence_transformers.sentence_transformer.modules import Normalize
     except ImportError:  # sentence-transformers 5
         from sentence_transformers.models import Normalize  # type: ignore[no-redef]
-    try:
-        with hf_progress_bars(False):  # transformers' per-tensor "Loading weights" bar
-            model = SentenceTransformer(str(Path(path).expanduser()), device="cpu", local_files_only=True)
-    except (OSError, ValueError, RuntimeError, KeyError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ValueError(f"path: cannot load the model in {path} ({first})") from None
     modules = list(model)
     if modules and isinstance(modules[-1], Normalize):
         modules = modules[:-1]

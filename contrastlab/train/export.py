@@ -11,7 +11,7 @@ model files says which run and step it came from.
 
 :func:`run_text_encoder` rebuilds a run's encoder from its ``config.json`` and newest checkpoint (the
 base model it started from must still be on disk); :func:`export_run` writes its folder. ``contrastlab
-train`` saves ``RUN/model`` at the end of every text run; ``contrastlab export RUN OUT`` writes one for
+train`` saves ``RUN/model`` at the end of every text run; ``contrastlab export RUN --st OUT`` writes one for
 any text run, and ``contrastlab audit RUN --pairs FILE`` audits it on any pairs.
 """
 

@@ -12,7 +12,9 @@ pipeline, each a key of its registry (a plain dict):
   Hugging Face folder);
 * ``loss.name`` — the loss registry of :mod:`contrastlab.losses`, called through its signature
   (:func:`call_loss`);
-* ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data).
+* ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data);
+* ``matryoshka.dims`` — optional nested prefix widths: the loss is then summed over the prefixes of the
+  embedding (:class:`~contrastlab.train.matryoshka.MatryoshkaConfig`).
 
 :func:`run_job` checks the combination (:func:`build_source` and :func:`check_job`, one
 :class:`~contrastlab.train.ConfigError` naming the field), builds everything, trains with
@@ -41,6 +43,7 @@ from contrastlab.train.job_config import (
     takes_labels,
 )
 from contrastlab.train.loss_parameters import LossParameters, attached_loss_parameters
+from contrastlab.train.matryoshka import MatryoshkaConfig
 from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.sources import DATA_BUILDERS
 
@@ -164,13 +167,16 @@ def call_loss(
     negatives: Tensor | None = None,
     gather: bool = False,
     parameters: LossParameters | None = None,
+    matryoshka: MatryoshkaConfig | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
     The loss function gets ``(anchor, positive[, negatives])`` — or ``(cat(anchor, positive),
     cat(labels, labels))`` when it takes ``labels`` — and, among ``temperature``, ``bias``,
     ``symmetric``, ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``
-    (tables converted to the argument's dataclass). A learnable τ or bias comes from ``parameters``.
+    (tables converted to the argument's dataclass). A learnable τ or bias comes from ``parameters``. With
+    ``matryoshka`` (dims given) it is the weighted sum of that loss over the nested prefixes of the
+    embeddings (:func:`contrastlab.losses.matryoshka`).
 
     Args:
         config: the loss.
@@ -180,6 +186,7 @@ def call_loss(
         negatives: ``(M, D)`` or ``(N, K, D)`` fresh negatives.
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
         parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
+        matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
 
     Returns:
         The scalar loss.
@@ -195,12 +202,17 @@ def call_loss(
     if "gather" in params:
         kwargs["gather"] = gather
     kwargs.update(config.options_for_call())
+    prefixes = matryoshka or MatryoshkaConfig()
+
+    def loss(*args: Tensor) -> Tensor:
+        return cast(Tensor, fn(*args, **kwargs))
+
     if "labels" in params:
         if labels is None:
             raise ValueError(f"labels must be given for loss {config.name!r}")
-        return cast(Tensor, fn(torch.cat([anchor, positive]), torch.cat([labels, labels]), **kwargs))
+        return prefixes.apply(loss, torch.cat([anchor, positive]), torch.cat([labels, labels]))
     args = (anchor, positive) if negatives is None else (anchor, positive, negatives)
-    return cast(Tensor, fn(*args, **kwargs))
+    return prefixes.apply(loss, *args)
 
 
 def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) -> EmbeddingObjective:
@@ -222,7 +234,7 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
-            parameters=parameters,
+            parameters=parameters, matryoshka=config.matryoshka,
         )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)
@@ -305,6 +317,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                     p[i : i + b],
                     labels=None if labels is None else labels[i : i + b].to(device),
                     parameters=attached_loss_parameters(model),
+                    matryoshka=config.matryoshka,
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
@@ -398,8 +411,9 @@ def run_job(
         for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
         if key in final
     )
+    nested = f" over the prefixes {list(config.matryoshka.dims)}" if config.matryoshka.enabled else ""
     summary = (
-        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}) on "
+        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
         f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
         f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, from_dict
+from contrastlab.train.matryoshka import MatryoshkaConfig
 
 __all__ = [
     "DataConfig",
@@ -410,6 +411,8 @@ class JobConfig:
     """encoder architecture"""
     loss: LossConfig = field(default_factory=LossConfig)
     """loss and temperature"""
+    matryoshka: MatryoshkaConfig = field(default_factory=MatryoshkaConfig)
+    """the loss on nested prefixes of the embedding (Matryoshka representation learning; empty dims: off)"""
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
     """negatives beyond the batch"""
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -437,6 +440,12 @@ class JobConfig:
         if self.negatives.kind == "in_batch" and needs_negatives(fn):
             raise ConfigError(
                 f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
+            )
+        e = self.encoder
+        self.matryoshka.check_width(e.proj_dim or e.out_dim, "encoder.proj_dim" if e.proj_dim else "encoder.out_dim")
+        if self.matryoshka.enabled and self.negatives.kind == "queue":
+            raise ConfigError(
+                "matryoshka.dims: the negative queue holds full-width keys; use matryoshka without a queue"
             )
         if self.data.name == "sphere" and self.eval.n < 2 * (self.encoder.out_dim + 2):
             raise ConfigError(

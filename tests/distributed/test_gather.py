@@ -42,6 +42,7 @@ def test_case_registry_covers_every_loss_and_mode():
         assert f"weince/simclr/{beta_mode}" in names
     assert any("aux_top_m" in n for n in names)
     assert {"weince/simclr/per_anchor/chunk=3", "weince/simclr/per_anchor/crowded"} <= names
+    assert {"matryoshka/nt_xent", "matryoshka/supcon", "matryoshka/weince"} <= names
 
 
 @pytest.mark.parametrize("excl", [False, True])
@@ -118,3 +119,13 @@ def test_gloo_parity_with_single_process(world):
         # Shares that skipped the float64 recomputation of the crowded shortfalls measured 0.10.
         grad_tol = 5e-4 if name.endswith("/crowded") and dtype == torch.float32 else tol
         assert grad_err <= grad_tol, (name, dtype, grad_err)
+
+
+@pytest.mark.distributed
+def test_matryoshka_on_two_gloo_ranks_equals_one_process():
+    """Nested prefixes under gather: every width's share gathered on its own, summed with its weight."""
+    report = check_parity(2, prefix="matryoshka/")
+    assert len(report) == 2 * sum(c.name.startswith("matryoshka/") for c in CASES)
+    for (name, dtype), (loss_err, grad_err) in report.items():
+        tol = 1e-6 if dtype == torch.float64 else 1e-5
+        assert loss_err <= tol and grad_err <= tol, (name, dtype, loss_err, grad_err)

@@ -101,13 +101,13 @@ def test_export_command_writes_a_folder_and_refuses_bad_input(
     text_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "exported"
-    assert cli.main(["export", str(text_run), str(out)]) == 0
+    assert cli.main(["export", str(text_run), "--st", str(out)]) == 0
     assert "written:" in capsys.readouterr().out
     a = json.loads((out / "contrastlab.json").read_text())
     assert a["run"] == str(text_run.resolve()) and (out / "modules.json").is_file()
     for argv, needle in (
-        (["export", str(text_run), str(out)], "export: out: "),  # not empty
-        (["export", str(tmp_path / "nowhere"), str(tmp_path / "x")], "is not a training run folder"),
+        (["export", str(text_run), "--st", str(out)], "export: out: "),  # not empty
+        (["export", str(tmp_path / "nowhere"), "--st", str(tmp_path / "x")], "is not a training run folder"),
     ):
         assert cli.main(argv) == 2
         err = capsys.readouterr().err.strip()
@@ -148,7 +148,7 @@ def test_a_run_that_does_not_embed_text_is_refused_with_pairs(tmp_path: Path, ca
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "model: " in err and "does not embed text" in err, err
     assert not (tmp_path / "o").exists()
-    assert cli.main(["export", str(tmp_path / "run"), str(tmp_path / "e")]) == 2
+    assert cli.main(["export", str(tmp_path / "run"), "--st", str(tmp_path / "e")]) == 2
     assert "only a text run" in capsys.readouterr().err
 
 

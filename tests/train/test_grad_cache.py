@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import torch
 from torch import nn
 
-from contrastlab.losses import alignment, info_nce, nt_xent, supcon, uniformity, weince
+from contrastlab.losses import alignment, info_nce, matryoshka, nt_xent, supcon, uniformity, weince
 from contrastlab.train import ConfigError, EmbeddingObjective, OptimConfig, TrainConfig, cached_backward, fit
 from contrastlab.train.grad_cache import check_embed_minibatch
 
@@ -23,6 +25,11 @@ LOSSES = {
     "supcon": lambda a, p, b: supcon(torch.cat([a, p]), torch.cat([b[2], b[2]]), temperature=0.3),
     "weince": lambda a, p, b: weince(a, p, temperature=0.5),
     "alignment_uniformity": lambda a, p, b: alignment(a, p) + uniformity(a),
+    # nested prefixes of the embedding: still a function of the embeddings alone
+    "matryoshka_info_nce": lambda a, p, b: matryoshka(partial(info_nce, temperature=0.2), a, p, dims=(2, 3, D)),
+    "matryoshka_supcon": lambda a, p, b: matryoshka(
+        partial(supcon, temperature=0.3), torch.cat([a, p]), torch.cat([b[2], b[2]]), dims=(2, D), weights=(0.5, 1.0)
+    ),
 }
 
 
@@ -80,7 +87,7 @@ def test_cached_equals_the_graph_of_the_same_minibatches_with_dropout(name):
     assert torch.equal(torch.get_rng_state(), ref_rng)
 
 
-@pytest.mark.parametrize("name", ["info_nce", "nt_xent", "supcon"])
+@pytest.mark.parametrize("name", ["info_nce", "nt_xent", "supcon", "matryoshka_info_nce"])
 def test_cached_equals_one_forward_without_dropout(name):
     """Without dropout the uncached path (one forward over all rows, as fit runs it) gives the same step."""
     objective, batch = _objective(name), _batch()
