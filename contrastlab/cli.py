@@ -74,11 +74,44 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
         if args.resume:
             raise UsageError("train: --resume needs --out DIR (the folder of the run to continue)")
         out = default_out_dir("train")
+    if args.engine != "local" or args.workers is not None or args.max_failures is not None:
+        return _train_on_ray(args, cfg, out)
     try:
         results = run_job(cfg, out, resume=args.resume)
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved in {out} (continue with --out {out} --resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    print(results["summary"])
+    print(f"results: {out / 'results.json'}")
+    return EXIT_OK
+
+
+def _train_on_ray(args: argparse.Namespace, cfg: Any, out: Path) -> int:
+    """``train --engine ray``: the job on a Ray Train worker group that restarts from the last checkpoint."""
+    from contrastlab.scale.cluster import Engine, EngineError, ray_session
+    from contrastlab.scale.train import check_workers, train_on_ray
+
+    if args.engine != "ray":
+        raise UsageError("train: --workers and --max-failures need --engine ray")
+    if args.workers is None:
+        raise UsageError("train: --engine ray needs --workers N (the ranks of the Ray Train group, one CPU each)")
+    if args.workers < 1:
+        raise UsageError(f"train: --workers must be >= 1, got {args.workers}")
+    max_failures = 3 if args.max_failures is None else args.max_failures
+    if max_failures < -1:
+        raise UsageError(f"train: --max-failures must be >= -1 (-1: no limit), got {max_failures}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError("train: --engine ray starts its own workers; run it without torchrun")
+    try:
+        engine = Engine(args.engine, args.address)
+        with ray_session(engine.address, temp_dir=out):
+            try:
+                check_workers(args.workers)
+            except ValueError as e:
+                raise UsageError(f"train: --{e}") from None
+            results = train_on_ray(cfg, out, workers=args.workers, max_failures=max_failures, resume=args.resume)
+    except EngineError as e:
+        raise UsageError(f"train: {e}") from None
     print(results["summary"])
     print(f"results: {out / 'results.json'}")
     return EXIT_OK
@@ -316,6 +349,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default: the config's `out`, else runs/train-TIMESTAMP)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument("--workers", type=int, metavar="N", help="--engine ray: ranks of the Ray Train group (one CPU each)")
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        metavar="K",
+        help="--engine ray: restarts of a failed group from the last checkpoint (default 3; -1: no limit)",
+    )
     subs["train"] = p
 
     p = sub.add_parser("eval", help="evaluate a trained run on its held-out set", description="Re-evaluate a run.")
