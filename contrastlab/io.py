@@ -41,6 +41,7 @@ from typing import Any
 __all__ = [
     "default_out_dir",
     "atomic_path",
+    "fsync_dir",
     "write_bytes_atomic",
     "write_text_atomic",
     "write_json_atomic",
@@ -76,7 +77,8 @@ class CorruptFileError(ValueError):
     """
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a no-op where the filesystem refuses to open a folder)."""
     with contextlib.suppress(OSError):  # some filesystems refuse O_RDONLY on directories
         fd = os.open(directory, os.O_RDONLY)
         try:
@@ -105,7 +107,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp_path, target)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()

@@ -7,8 +7,8 @@ the archive's comment, the file's last 48 bytes, is
 
     magic 0x89 "CLCKPT" 0x0A (8 bytes) | archive length (8, little-endian) | SHA-256 of the archive (32)
 
-(:func:`contrastlab.io.seal_zip`), and the file is written through :func:`contrastlab.io.atomic_path`
-(temp file, fsync, rename). The checksum lives in the same file as what it covers, so one rename
+(:func:`contrastlab.io.seal_zip`), and the file is written to a temporary name, fsync'ed, then renamed
+into place. The checksum lives in the same file as what it covers, so one rename
 installs both and they cannot get out of step (a separate ``.sha256`` file could be left behind by a
 crash between two renames, or lost when the checkpoint alone is copied), and the file stays a valid zip
 that a plain ``torch.load`` reads. Loading reads the file once into memory, checks the seal *before*
@@ -16,8 +16,17 @@ anything is deserialised (no window in which the file could change between check
 ``torch.load(weights_only=True)`` on those bytes, which refuses any pickled object that is not a tensor
 or a primitive container.
 
-``checkpoint.pt`` is the newest; before it is replaced the old one becomes ``checkpoint.prev.pt``, so
-a corrupt newest file falls back to the previous good one.
+``checkpoint.pt`` is the newest and ``checkpoint.prev.pt`` the one before, so a corrupt newest file
+falls back to the previous good one. A save never leaves ``checkpoint.pt`` missing, whenever the
+process is killed:
+
+1. the new checkpoint is written to a temporary file in the same folder and fsync'ed;
+2. the old ``checkpoint.pt`` is hard-linked to a second temporary name (copied where the filesystem
+   has no hard links), which is renamed over ``checkpoint.prev.pt``: ``checkpoint.pt`` is untouched;
+3. the new file is renamed over ``checkpoint.pt`` (one atomic rename from the old file to the new).
+
+A kill before step 3 leaves the old ``checkpoint.pt`` in place, with at most two temporary files,
+which the next save removes.
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from __future__ import annotations
 import io
 import os
 import random
+import shutil
+import tempfile
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -34,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from contrastlab.io import CorruptFileError, atomic_path, open_sealed_zip, seal_zip
+from contrastlab.io import CorruptFileError, fsync_dir, open_sealed_zip, seal_zip
 from contrastlab.npyfile import ZIP_READ_ERRORS
 
 __all__ = [
@@ -123,9 +134,9 @@ def _check_plain(obj: Any, where: str) -> None:
 def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     """Atomically write ``state`` to ``directory/checkpoint.pt``; the old one becomes ``checkpoint.prev.pt``.
 
-    At every instant at least one complete checkpoint exists: the new file is fully written and
-    fsync'ed under a temporary name before the old one is renamed away and the new one into place.
-    The file carries the SHA-256 of its payload (see the module docstring).
+    ``checkpoint.pt`` exists and is complete at every instant: the new file is fully written and
+    fsync'ed under a temporary name, the old one is kept as ``checkpoint.prev.pt`` by a hard link, and
+    only then is the new one renamed over it (see the module docstring). The file carries the SHA-256 of its payload (see the module docstring).
 
     Args:
         state: a dict of tensors, numbers, strings, ``None`` and dicts/lists/tuples of them; any
@@ -143,12 +154,54 @@ def save_checkpoint(state: dict[str, Any], directory: str | Path) -> Path:
     buffer = io.BytesIO()
     torch.save(state, buffer)
     directory = Path(directory)
-    target = directory / CHECKPOINT_NAME
-    with atomic_path(target) as tmp:
-        tmp.write_bytes(seal_zip(buffer.getbuffer(), CHECKPOINT_MAGIC))
+    directory.mkdir(parents=True, exist_ok=True)
+    target, previous = directory / CHECKPOINT_NAME, directory / PREVIOUS_NAME
+    for stray in _stray_temporaries(directory):  # left by a save that was killed
+        stray.unlink(missing_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{CHECKPOINT_NAME}.", suffix=".tmp", dir=directory)
+    new = Path(name)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp creates 0600; a checkpoint is meant to be read by others
+        with os.fdopen(fd, "wb") as f:
+            f.write(seal_zip(buffer.getbuffer(), CHECKPOINT_MAGIC))
+            f.flush()
+            os.fsync(f.fileno())
         if target.exists():
-            os.replace(target, directory / PREVIOUS_NAME)
+            _keep_as_previous(target, previous)
+        os.replace(new, target)
+        fsync_dir(directory)
+    except BaseException:
+        new.unlink(missing_ok=True)
+        raise
     return target
+
+
+def _stray_temporaries(directory: Path) -> list[Path]:
+    """Temporary files that :func:`save_checkpoint` writes and renames, left behind by a killed save."""
+    return [p for name in (CHECKPOINT_NAME, PREVIOUS_NAME) for p in directory.glob(f".{name}.*.tmp")]
+
+
+def _keep_as_previous(target: Path, previous: Path) -> None:
+    """Make ``previous`` a copy of ``target`` without ever removing ``target``: a hard link renamed into place."""
+    if previous.exists() and os.path.samefile(target, previous):
+        # a save killed just before installing its new file left both names on one file; rename() of
+        # one name of a file onto another does nothing (POSIX), so the link would stay behind
+        return
+    fd, name = tempfile.mkstemp(prefix=f".{PREVIOUS_NAME}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    link = Path(name)
+    try:
+        link.unlink()
+        try:
+            os.link(target, link)
+        except OSError:  # a filesystem without hard links: a full copy, fsync'ed
+            shutil.copyfile(target, link)
+            with open(link, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(link, previous)
+    except BaseException:
+        link.unlink(missing_ok=True)
+        raise
 
 
 def _check_record_sizes(payload: io.BytesIO, p: Path) -> None:
@@ -236,8 +289,10 @@ def discard_checkpoints(directory: str | Path) -> None:
     """Remove the checkpoint files of ``directory``: the newest, the previous and a set-aside corrupt one.
 
     A fresh run started in a used folder calls it first, so that it can never resume, or fall back, into an
-    older run's state.
+    older run's state. Temporaries of a killed save go as well.
     """
     directory = Path(directory)
     for name in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
         (directory / name).unlink(missing_ok=True)
+    for stray in _stray_temporaries(directory):
+        stray.unlink(missing_ok=True)

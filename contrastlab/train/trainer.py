@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from contrastlab import distributed as cd
 from contrastlab.io import CorruptFileError, dumps_json_checked, loads_json_verified, write_text_atomic
 from contrastlab.train.checkpoint import (
+    CheckpointError,
     capture_rng,
     discard_checkpoints,
     latest_checkpoint,
@@ -192,6 +193,43 @@ class _SignalCatcher:
         self._old.clear()
 
 
+def _load_for_resume(out: Path, device: torch.device) -> dict[str, Any] | None:
+    """The newest good checkpoint in ``out``, the same one on every rank (``None`` when there is none).
+
+    Rank 0 reads first, since reading may set a corrupt newest file aside (a rename); the other ranks
+    read after it, when ``out`` holds only what rank 0 settled on. Every rank then checks that all of
+    them resume from the same step. Loaded on the CPU: RNG states must stay CPU tensors, and
+    ``load_state_dict`` moves the rest.
+
+    Raises:
+        CheckpointError: on every rank, when rank 0 found checkpoint files but none loads.
+        ValueError: on every rank, when the ranks would resume from different steps (e.g. run folders
+            that are not one shared folder).
+    """
+    state: dict[str, Any] | None = None
+    error: CheckpointError | None = None
+    if cd.rank() == 0:
+        try:
+            state = latest_checkpoint(out, map_location="cpu")
+        except CheckpointError as e:
+            error = e
+    # also the barrier that keeps the other ranks from reading before rank 0 is done
+    failed = cd.all_reduce_sum(torch.tensor(float(error is not None), dtype=torch.float64, device=device))
+    if error is not None:
+        raise error
+    if float(failed) > 0:
+        raise CheckpointError(f"rank 0 found no loadable checkpoint in {out}")
+    if cd.rank() != 0:
+        state = latest_checkpoint(out, map_location="cpu")
+    steps = cd.all_sizes(-1 if state is None else int(state["step"]), device)
+    if len(set(steps)) > 1:
+        raise ValueError(
+            f"out_dir: the ranks found checkpoints of different steps in {out} ({steps}, -1: none); "
+            "every rank must resume from one shared run folder"
+        )
+    return state
+
+
 def _read_metrics(path: Path, upto_step: int) -> list[dict[str, Any]]:
     """The rows of ``metrics.jsonl`` up to ``upto_step``, each verified against its own checksum.
 
@@ -331,8 +369,7 @@ def fit(
     loss_count = 0
     history: list[dict[str, Any]] = []
     if resume and out is not None:
-        # loaded on the CPU: RNG states must stay CPU tensors; load_state_dict moves the rest
-        state = latest_checkpoint(out, map_location="cpu")
+        state = _load_for_resume(out, device)
         if state is not None:
             for key, value in identity.items():
                 saved = state.get("identity", {}).get(key)
@@ -358,8 +395,7 @@ def fit(
             start = int(state["step"])
             loss_sum = state["loss_sum"].to(device=device, dtype=torch.float64)
             loss_count = int(state["loss_count"])
-            assert metrics_path is not None
-            if metrics_path is not None:
+            if metrics_path is not None:  # rank 0 alone keeps the metrics
                 history = _read_metrics(metrics_path, start)
                 write_text_atomic(metrics_path, "".join(dumps_json_checked(r, line=True) + "\n" for r in history))
     if start == 0 and out is not None and metrics_path is not None:

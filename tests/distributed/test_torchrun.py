@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -67,3 +69,70 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym):
     assert json.loads((tmp_path / "two" / "results.json").read_text())["metrics"]["train_loss"] == pytest.approx(
         one[-1]["loss"], rel=1e-5
     )
+
+
+RESUME_CONFIG = """
+data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}
+views: {kappa: 16.0}
+encoder: {hidden: [32, 32], out_dim: 4}
+loss: {name: info_nce, temperature: 0.1, symmetric: true}
+train:
+  steps: 300
+  log_every: 1
+  checkpoint_every: 5
+  progress: false
+  optim: {name: adam, lr: 0.003, warmup_steps: 20, schedule: cosine}
+eval: {n: 256}
+"""
+
+
+def _torchrun(cfg: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        "-m", "contrastlab", "train", str(cfg), "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.distributed
+def test_two_rank_run_stopped_part_way_resumes_to_the_uninterrupted_weights(tmp_path):
+    """SIGTERM a 2-rank torchrun run after its first checkpoint, resume it with --resume on 2 ranks: same weights.
+
+    Every rank loads the checkpoint rank 0 wrote (the resume path used to hold only on rank 0), restores the
+    optimiser, schedule and RNG states, and replays the remaining steps: the gloo all-reduce of 2 ranks sums in a
+    fixed order, so the resumed run is the uninterrupted one bit for bit.
+    """
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(RESUME_CONFIG)
+    _run(_torchrun(cfg, tmp_path / "straight"), tmp_path)
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        _torchrun(cfg, stopped), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (stopped / "checkpoint.pt").exists():
+            assert proc.poll() is None, "the run ended before its first checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint after 240 s"
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)  # torchrun passes it on to both ranks
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0, output[-3000:]
+    stopped_at = load_checkpoint(stopped / "checkpoint.pt")["step"]
+    assert 5 <= stopped_at < 300, stopped_at  # stopped part-way, at the step the ranks agreed on
+
+    _run(_torchrun(cfg, stopped, "--resume"), tmp_path)
+    resumed = json.loads((stopped / "results.json").read_text())
+    assert resumed["resumed_from"] == stopped_at
+    straight_state = load_checkpoint(tmp_path / "straight" / "checkpoint.pt")
+    resumed_state = load_checkpoint(stopped / "checkpoint.pt")
+    assert resumed_state["step"] == straight_state["step"] == 300
+    for k, v in straight_state["model"].items():
+        assert torch.equal(resumed_state["model"][k], v), k
+    straight_rows = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
+    assert (stopped / "metrics.jsonl").read_text().splitlines() == straight_rows  # loss of every step, eval too
