@@ -74,6 +74,23 @@ def _train_loop(loop_config: dict[str, Any]) -> None:
     run_worker(loop_config["task"])
 
 
+def _loopback_worker_env() -> dict[str, str]:
+    """On a cluster whose nodes are all on 127.0.0.1: gloo's sockets on the loopback interface too.
+
+    Gloo binds the address its host name resolves to unless ``GLOO_SOCKET_IFNAME`` names an interface; a
+    loopback-only cluster must not listen on the machine's external address.
+    """
+    import socket
+
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    if "GLOO_SOCKET_IFNAME" in os.environ or not all(n["NodeManagerAddress"].startswith("127.") for n in nodes):
+        return {}
+    names = {name for _, name in socket.if_nameindex()}
+    return next(({"GLOO_SOCKET_IFNAME": lo} for lo in ("lo", "lo0") if lo in names), {})
+
+
 def cluster_cpus() -> int:
     """The CPUs of the connected Ray cluster (every alive node's, in use or not)."""
     import ray
@@ -96,14 +113,19 @@ def check_workers(workers: int) -> None:
 
 
 def _describe_failure(error: BaseException) -> str:
-    failures = getattr(error, "worker_failures", None)
+    """One line per failed rank, Ray's own errors (a lost worker) before the errors they caused on the others."""
+    failures: dict[int, BaseException] = getattr(error, "worker_failures", None) or {}
     if not failures:
         return " ".join(str(error).split())
+
+    def key(rank: int) -> tuple[bool, int]:
+        return (not type(failures[rank]).__module__.startswith("ray."), rank)
+
     parts = []
-    for rank in sorted(failures):
+    for rank in sorted(failures, key=key):
         err = failures[rank]
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-        parts.append(f"rank {rank}: {type(err).__name__}: {first}")
+        first = (str(err).strip().splitlines() or [""])[0]
+        parts.append(f"rank {rank}: {type(err).__name__}: {first[:160]}")
     return "; ".join(parts)
 
 
@@ -169,6 +191,7 @@ def train_on_ray(
             name=RAY_TRAIN_DIR,
             storage_path=str(out),
             failure_config=FailureConfig(max_failures=max_failures),
+            worker_runtime_env={"env_vars": env} if (env := _loopback_worker_env()) else None,
         ),
     )
     try:

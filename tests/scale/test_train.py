@@ -24,8 +24,13 @@ from contrastlab.cli import main
 from contrastlab.io import read_json_verified
 from contrastlab.train.checkpoint import load_checkpoint
 
-# Ray is imported by the cluster fixture (contrastlab.scale.cluster.import_ray sets its environment first), never here
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs contrastlab[ray]")
+if importlib.util.find_spec("ray") is not None:
+    from contrastlab.scale.cluster import import_ray
+
+    # Ray reads its environment once, when first imported: import it the hygienic way (this node resolved to
+    # 127.0.0.1, no usage reporting) before any fixture or test can import it plainly
+    import_ray(loopback=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
@@ -157,7 +162,8 @@ def test_a_group_that_fails_more_than_max_failures_is_a_runtime_failure(
         capsys, str(job), "--out", str(out), "--engine", "ray", "--workers", "2", "--max-failures", "0"
     )
     assert code == 1
-    assert len(err.strip().splitlines()) == 1 and "0 restart(s) allowed" in err and "rank 1" in err, err
+    # one line, the lost worker first (its health check failed), then what its loss caused on rank 0
+    assert len(err.strip().splitlines()) == 1 and "(0 restart(s) allowed): rank 1: " in err, err
     assert not (out / "results.json").exists()
 
 
