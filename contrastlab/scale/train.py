@@ -1,13 +1,14 @@
 """Training that survives a lost worker: the ``contrastlab train`` job under Ray Train.
 
-:func:`train_on_ray` runs :func:`~contrastlab.train.job.run_job` on ``workers`` Ray Train workers
-(``ray.train.torch.TorchTrainer``; Train V2, the default of the pinned Ray). Ray Train starts one actor per
+:func:`train_on_ray` runs :func:`~contrastlab.train.job.run_job` on ``workers`` Ray Train workers (Ray Train
+V2's ``TorchTrainer``, the default of the pinned Ray, imported by its V2 path). Ray Train starts one actor per
 rank (one CPU each), joins them in a torch.distributed process group (gloo on CPU) and calls the job on every
 rank, which then runs exactly as under ``torchrun``: the same :func:`~contrastlab.train.fit`, every rank
 drawing its share of each global batch, rank 0 alone writing ``metrics.jsonl``, the checkpoints and
 ``results.json`` into the run folder. The run folder must therefore be one folder that every worker sees (one
-machine, or a shared filesystem), given as an absolute path; workers also work in the driver's current folder,
-so relative paths in the config mean what they mean to the driver.
+machine, or a shared filesystem); workers also work in the driver's current folder, so relative paths in the
+config mean what they mean to the driver. On a cluster whose nodes are all on 127.0.0.1, gloo is bound to the
+loopback interface as well (``GLOO_SOCKET_IFNAME``).
 
 Recovery uses contrastlab's own checkpoints, not Ray Train's. Every attempt of the worker group calls
 ``run_job(..., resume=True)``: the first attempt of a fresh run finds no checkpoint (:func:`train_on_ray`
@@ -163,8 +164,10 @@ def train_on_ray(
         raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")
     if not import_ray(loopback=False).is_initialized():
         raise RuntimeError("train_on_ray needs a connected Ray cluster (contrastlab.scale.cluster.ray_session)")
-    from ray.train import FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
-    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.torch import TorchConfig
+    from ray.train.v2.api.config import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.v2.api.exceptions import TrainingFailedError
+    from ray.train.v2.torch.torch_trainer import TorchTrainer
 
     check_workers(workers)
     source = DATA_BUILDERS[config.data.name](config)
