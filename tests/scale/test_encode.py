@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,7 +97,7 @@ def test_another_model_into_the_same_store_is_refused(inputs, local_store, tmp_p
 
     model, corpus = inputs
     other = write_tiny_bert(tmp_path / "other", "st", seed=1)
-    with pytest.raises(StoreError, match=r"holds a store of another plan \(model "):
+    with pytest.raises(StoreError, match=r"holds a store of another plan \(model\.name"):
         encode_corpus(corpus, TextModelSource(str(other)), local_store.path, shard_rows=SHARD_ROWS)
 
 
@@ -122,3 +130,103 @@ def test_ray_resumes_an_interrupted_encode_and_equals_the_one_process_store(
     assert np.array_equal(ids, ref_ids)
     # Ray's batches mix rows differently: equal to float32 rounding (see contrastlab.scale.encode)
     np.testing.assert_allclose(emb, ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
+
+
+# ------------------------------------------------------------------------------------------- command line
+
+
+def _one_line_exit_2(capsys, argv, match: str) -> None:
+    from contrastlab.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and "it/s]" not in line]  # transformers' bars
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(match, lines[0]), err
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"", r"^encode: --corpus .*corpus\.txt: the file is empty"),
+        (b"fine\nnul\x00\n", r"^encode: --corpus .*corpus\.txt, line 2: holds a NUL byte"),
+        (b"fine\n\xfe\xff\n", r"^encode: --corpus .*corpus\.txt, line 2: bytes that are not UTF-8"),
+    ],
+)
+def test_cli_bad_corpus_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path: Path, content: bytes, match: str):
+    (tmp_path / "corpus.txt").write_bytes(content)
+    argv = ["encode", "minilm", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "store")]
+    _one_line_exit_2(capsys, argv, match)
+    assert not (tmp_path / "store").exists()
+
+
+def test_cli_bad_arguments_are_one_line_exit_2(capsys, inputs, tmp_path: Path):
+    model, corpus = inputs
+    base = ["encode", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "store")]
+    _one_line_exit_2(capsys, [*base, "--shard-rows", "0"], r"^encode: --shard-rows must be at least 1")
+    _one_line_exit_2(capsys, [*base, "--address", "127.0.0.1:6379"], r"^encode: --address .* needs --engine ray")
+    _one_line_exit_2(capsys, [*base, "--engine", "spark"], r"--engine: invalid choice")
+    _one_line_exit_2(capsys, [*base[:1], str(tmp_path / "nope"), *base[2:]], r"^encode: model: folder .* does not")
+    _one_line_exit_2(capsys, [*base[:3], str(tmp_path / "nope.txt"), *base[4:]], r"^encode: --corpus .*no such file")
+    assert not (tmp_path / "store").exists()
+
+
+def test_cli_engine_ray_without_ray_or_with_an_unreachable_address(capsys, monkeypatch, inputs, tmp_path: Path):
+    model, corpus = inputs
+    base = ["encode", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "store"), "--engine", "ray"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if importlib.util.find_spec("ray") is not None:
+        _one_line_exit_2(capsys, [*base, "--address", f"127.0.0.1:{port}"], rf"^encode: --address 127.0.0.1:{port}:")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    _one_line_exit_2(capsys, base, r"^encode: engine: --engine ray needs .*pip install 'contrastlab\[ray\]'")
+
+
+def test_cli_encodes_and_refuses_another_model_into_the_store(capsys, inputs, local_store, tmp_path: Path):
+    from contrastlab.cli import main
+
+    model, corpus = inputs
+    out = tmp_path / "store"
+    argv = ["encode", str(model), "--corpus", str(corpus), "--out", str(out), "--shard-rows", "10", "--batch-size", "4"]
+    assert main([*argv, "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "37 documents, 4 shards of 16-dimensional float32 embeddings (4 encoded, 0 kept" in printed
+    assert f"store: {out}" in printed
+    assert EmbeddingStore.open(out).shards == local_store.shards
+    other = write_tiny_bert(tmp_path / "other", "st", seed=1)
+    _one_line_exit_2(
+        capsys,
+        ["encode", str(other), *argv[2:]],
+        r"^encode: --out .* holds a store of another plan \(model\.name .*model\.fingerprint",
+    )
+
+
+@pytest.mark.slow
+def test_cli_encode_killed_with_sigkill_resumes(inputs, tmp_path: Path):
+    model, _ = inputs
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"document {i} " + " ".join(WORDS[: 1 + i % 13]) for i in range(400)) + "\n")
+    out = tmp_path / "store"
+    argv = [sys.executable, "-m", "contrastlab", "encode", str(model), "--corpus", str(corpus), "--out", str(out)]
+    argv += ["--shard-rows", "2", "--batch-size", "2", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        journal = out / JOURNAL
+        if journal.is_file() and journal.read_text().count("\n") >= 4:  # the plan and three shards
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert not (out / MANIFEST).exists(), "the encode finished before it was killed: make the corpus larger"
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    kept = int(re.search(r"\((\d+) encoded, (\d+) kept", run.stdout).group(2))
+    assert kept >= 3
+    from contrastlab.audit.text_model import TextModelSource
+
+    ref = encode_corpus(corpus, TextModelSource(str(model)), tmp_path / "ref", shard_rows=2, batch_size=2)
+    assert EmbeddingStore.open(out, verify=True).shards == ref.store.shards  # one process each time: same bits
