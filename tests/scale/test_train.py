@@ -25,12 +25,6 @@ from contrastlab.io import read_json_verified
 from contrastlab.train.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs contrastlab[ray]")
-if importlib.util.find_spec("ray") is not None:
-    from contrastlab.scale.cluster import import_ray
-
-    # Ray reads its environment once, when first imported: import it the hygienic way (this node resolved to
-    # 127.0.0.1, no usage reporting) before any fixture or test can import it plainly
-    import_ray(loopback=True)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """
