@@ -203,3 +203,19 @@ def test_library_arguments_are_checked_before_ray_is_needed(tmp_path: Path, job:
     with pytest.raises(ValueError, match="^workers must be an integer >= 1"):
         check_workers(0)
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_an_embedded_ray_refuses_more_workers_than_this_machine_has_cpus(tmp_path: Path, job: Path) -> None:
+    # without --address the command starts its own Ray (all of this machine's CPUs) and stops it again
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    workers = (os.cpu_count() or 1) + 1
+    args = [str(job), "--out", str(out), "--engine", "ray", "--workers", str(workers)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "contrastlab", "train", *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr[-3000:]
+    assert proc.stderr.startswith(f"train: --workers must be at most the Ray cluster's {workers - 1} CPUs"), proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert not (out / "results.json").exists() and not (out / "checkpoint.pt").exists()
