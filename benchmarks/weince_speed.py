@@ -1,7 +1,10 @@
 """WEINCE vs NT-Xent loss time at SimCLR's batch (2N = 512 views) and beyond, D = 128, 2 threads.
 
-Target: WEINCE ≤ 1.25× NT-Xent in forward + backward (the paper reports 2.11 vs 0.65 ms, 3.2×, on an
-L40S). Times are medians over repeated forward(+backward) calls on the same inputs, interleaved in
+Targets, forward + backward: at 2N = 512 WEINCE ≤ 1.25× NT-Xent (the paper reports 2.11 vs 0.65 ms,
+3.2×, on an L40S); at 2N = 4,096 ≤ 1.3× streamed NT-Xent (``--sizes 512 4096`` gives both ratios in one
+run). From 2N = 1,450 in float32 WEINCE streams blocks of anchors (``contrastlab.losses.weince_stream``);
+the row ``streamed`` forces those blocks at every size (at 2N = 512 the default is the fused one-block
+kernel), so that the two kernels can be compared where both apply. Times are medians over repeated forward(+backward) calls on the same inputs, interleaved in
 rounds so that every loss sees the same machine load; the *matmul limit* of the 2N × 2N problem (the
 three GEMMs of ``benchmarks/_common.py``, into kept buffers) runs in the same rounds, so each
 forward + backward is also given as a ratio to it. Both wall-clock and process CPU time (summed over
@@ -11,7 +14,7 @@ median in the same round): both saw the same load, so it is steadier still (as
 ``_common.paired_ratio``).
 
     python benchmarks/weince_speed.py [--sizes 512 4096] [--d 128] [--threads 2] [--reps 60]
-        [--losses nt_xent per_anchor one global_ema aux]
+        [--losses nt_xent per_anchor streamed one global_ema aux]
 
 ``--sizes`` are numbers of views 2N (N pairs each); ``--losses`` picks the rows (NT-Xent is always
 timed: the ratios are to it).
@@ -34,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from contrastlab.losses import nt_xent, weince  # noqa: E402
+from contrastlab.losses.weince_stream import block_anchors  # noqa: E402
 
 
 def _time(fn: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:
@@ -50,6 +54,10 @@ def _time(fn: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:
 LOSSES: dict[str, tuple[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]]] = {
     "nt_xent": ("nt_xent", lambda za, zb: nt_xent(za, zb)),
     "per_anchor": ("weince (per_anchor, paper text)", lambda za, zb: weince(za, zb)),
+    "streamed": (
+        "weince (per_anchor, streamed blocks)",
+        lambda za, zb: weince(za, zb, chunk_size=block_anchors(2 * za.shape[0], za.element_size(), None)),
+    ),
     "one": ("weince (beta_mode=one, code)", lambda za, zb: weince(za, zb, beta_mode="one")),
     "global_ema": ("weince (global_ema)", lambda za, zb: weince(za, zb, beta_mode="global_ema")),
     "aux": (

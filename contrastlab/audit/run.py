@@ -158,8 +158,8 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
 
     # ---- results
     m = ret.metrics
-    k_first = min(k for k in cfg.ks if k <= d_raw.shape[0]) if any(k <= d_raw.shape[0] for k in cfg.ks) else 1
-    mrr_key = next(k for k in m if k.startswith("mrr@"))
+    k_first = min(cfg.ks)
+    mrr_key = diag.mrr_key(cfg.ks)
     slope = risk["slope"]
     metrics: dict[str, Any] = {name: ci.mean for name, ci in m.items()}
     metrics.update(

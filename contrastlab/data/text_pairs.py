@@ -15,8 +15,9 @@ File formats (UTF-8; a byte-order mark is allowed; a final newline is optional):
 
 TSV and CSV have no header unless ``header=True``. Every row must have the same number of cells (at
 least two) and no cell may be empty or blank. Bad input raises ``ValueError`` naming the file and the
-line: an empty line, bytes that are not UTF-8, a row with the wrong number of cells, a JSON line that
-does not parse.
+line: an empty line, bytes that are not UTF-8 (a UTF-16 or UTF-32 file, with or without a byte-order
+mark, is named as such), a NUL character in a cell, a row with the wrong number of cells, a JSON line
+that does not parse.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TextPairs", "read_text_pairs", "PAIR_FORMATS"]
+__all__ = ["TextPairs", "read_text_pairs", "write_text_pairs", "PAIR_FORMATS"]
 
 PAIR_FORMATS = (".tsv", ".csv", ".jsonl")
 """File suffixes :func:`read_text_pairs` reads (a folder is read as a saved Hugging Face dataset)."""
@@ -50,7 +51,8 @@ class TextPairs:
         name: a short name for logs and reports (e.g. the file name).
 
     Raises:
-        ValueError: no rows, rows of different widths, fewer than two columns, or an empty cell.
+        ValueError: no rows, rows of different widths, fewer than two columns, an empty cell or a NUL
+            character.
         TypeError: a cell that is not a string.
 
     Examples:
@@ -78,6 +80,8 @@ class TextPairs:
                     raise TypeError(f"rows[{i}] holds a {type(c).__name__}, not a str")
                 if not c.strip():
                     raise ValueError(f"rows[{i}] has an empty cell")
+                if "\x00" in c:
+                    raise ValueError(f"rows[{i}] holds a NUL character")
         columns = tuple(self.columns) or default_columns(width)
         if len(columns) != width or len(set(columns)) != width:
             raise ValueError(f"columns must be {width} distinct names, got {columns!r}")
@@ -116,7 +120,41 @@ class TextPairs:
         return datasets.Dataset.from_dict({c: self.column(j) for j, c in enumerate(self.columns)})
 
 
+def _wide_encoding(data: bytes) -> str | None:
+    """The name of a UTF-16/UTF-32 encoding that ``data`` looks like (by its BOM or its NUL bytes), or None.
+
+    Text in those encodings is mostly ASCII code units with NUL high bytes: in UTF-16 without a BOM
+    one byte of each pair is NUL (the odd ones in little-endian), in UTF-32 three of each four. UTF-8
+    text holds no NUL at all, so an aligned run of NULs in the first 4 KiB tells the encoding.
+    """
+    for bom, name in ((b"\xff\xfe\x00\x00", "UTF-32-LE"), (b"\x00\x00\xfe\xff", "UTF-32-BE")):
+        if data.startswith(bom):
+            return f"{name} (byte-order mark)"
+    for bom, name in ((b"\xff\xfe", "UTF-16-LE"), (b"\xfe\xff", "UTF-16-BE")):
+        if data.startswith(bom):
+            return f"{name} (byte-order mark)"
+    head = data[:4096]
+    head = head[: len(head) // 4 * 4]
+    if not head or b"\x00" not in head:
+        return None
+    lanes = [head[j::4].count(0) / (len(head) // 4) for j in range(4)]  # NUL share of each byte lane
+    nul = [f > 0.9 for f in lanes]
+    empty = [f < 0.1 for f in lanes]
+    if nul == [False, True, True, True] and empty[0]:
+        return "UTF-32-LE without a byte-order mark"
+    if nul == [True, True, True, False] and empty[3]:
+        return "UTF-32-BE without a byte-order mark"
+    if nul == [False, True, False, True] and empty[0] and empty[2]:
+        return "UTF-16-LE without a byte-order mark"
+    if nul == [True, False, True, False] and empty[1] and empty[3]:
+        return "UTF-16-BE without a byte-order mark"
+    return None
+
+
 def _decode(path: Path, data: bytes) -> str:
+    wide = _wide_encoding(data)
+    if wide is not None:
+        raise ValueError(f"path: {path} is in the wrong encoding: it looks like {wide}; save it as UTF-8")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
@@ -143,6 +181,11 @@ def _check_row(path: Path, line: int, cells: Sequence[Any], width: int | None) -
             raise ValueError(f"path: {path} line {line}: column {j + 1} is a {type(c).__name__}, not a string")
         if not c.strip():
             raise ValueError(f"path: {path} line {line}: column {j + 1} is empty")
+        if "\x00" in c:
+            raise ValueError(
+                f"path: {path} line {line}: column {j + 1} holds a NUL byte (a binary file, or text in another "
+                "encoding than UTF-8?)"
+            )
     return tuple(cells)
 
 
@@ -264,3 +307,35 @@ def read_text_pairs(path: str | Path, *, header: bool = False, split: str | None
     if columns and len(columns) != len(rows[0]):
         columns = ()
     return TextPairs(tuple(rows), columns, p.name)
+
+
+def write_text_pairs(pairs: TextPairs, path: str | Path) -> None:
+    """Write ``pairs`` to a ``.tsv``, ``.csv`` or ``.jsonl`` file that :func:`read_text_pairs` reads back.
+
+    TSV and CSV get no header (their columns are positional: anchor, positive, negatives); JSONL gets
+    one object per row keyed by ``pairs.columns``. The file is written atomically (all or nothing).
+
+    Raises:
+        ValueError: naming ``path``, for an unknown suffix or a cell that a ``.tsv`` cannot hold (a tab
+            or a line break; write ``.csv`` or ``.jsonl`` instead).
+    """
+    from contrastlab.io import atomic_path
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in PAIR_FORMATS:
+        raise ValueError(f"path: {p} has suffix {suffix!r}; known: {', '.join(PAIR_FORMATS)}")
+    buf = io.StringIO(newline="")
+    if suffix == ".tsv":
+        for i, row in enumerate(pairs.rows):
+            if any(ch in c for c in row for ch in "\t\n\r"):
+                raise ValueError(f"path: {p}: row {i + 1} holds a tab or a line break; write .csv or .jsonl instead")
+            buf.write("\t".join(row) + "\n")
+    elif suffix == ".csv":
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerows(pairs.rows)
+    else:
+        for row in pairs.rows:
+            buf.write(json.dumps(dict(zip(pairs.columns, row, strict=True)), ensure_ascii=False) + "\n")
+    with atomic_path(p) as tmp:
+        tmp.write_bytes(buf.getvalue().encode("utf-8"))

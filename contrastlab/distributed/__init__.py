@@ -10,7 +10,7 @@ the candidates gathered from every rank. Memory per rank is then O(n_local × N_
 global batch. ``gather_with_grad`` all-gathers in the forward pass and, in the backward pass, sums
 the gradient of every rank's loss with respect to this rank's rows (an all-reduce of the gathered
 gradient followed by taking one's own slice) — the step that peers have got wrong (an all-reduce
-without a backward leaves gradients off by 1/world_size; see the README's distributed section).
+without a backward leaves gradients off by 1/world_size; see docs/distributed.md).
 
 Gradient convention, stated once: a loss called with ``gather=True`` returns on rank r a share s_r
 such that (1/R) Σ_r s_r equals the single-process loss over the global batch (:func:`share`).

@@ -13,18 +13,20 @@ trained, and the ground truth φ* = g⁻¹ — on the held-out InfoNCE loss, ali
 linear R² of the true latents. The k-gap plot (Whiteley Props. 1–2) of the trained encoder follows.
 
 Part 2 (the papers, and a real model on real text). Each experiment in ``papers`` runs with its
-``--quick`` setting, two at a time on separate processes (one thread each), into ``out_dir/<name>``;
+``--quick`` setting, two at a time on separate processes (one thread each), into ``out_dir/<name>``
+(its printed output into ``out_dir/<name>/output.log``);
 ``text-finetune`` among them audits the bundled all-MiniLM-L6-v2 on the docstring corpus, fine-tunes it
 briefly with InfoNCE and audits it again. ``out_dir/report`` then holds ``report.md`` and a
 self-contained ``report.html`` over the audit and every paper run.
+
+While it runs, a board on stderr shows what runs, for how long, and the time left estimated from the
+recorded durations (:mod:`contrastlab.progress`): live in a terminal, plain lines in a log.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -42,11 +44,11 @@ from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds import SphereWorld
 from contrastlab.worlds.mixing import make_mixing
 
-#: The papers' experiments the demo runs in their quick form (one line per claim; see the README).
+#: The papers' experiments the demo runs in their quick form (one line per claim; see docs/results.md).
 PAPERS: tuple[str, ...] = (
     # roughly longest first, so that the two workers, each taking the next one free, finish together (the
-    # quick runs' wall times, two at a time on 2 cores, in this order: 327, 155, 128, 68, 50, 33, 80, 19, 6,
-    # 10, 4 s; the demo's wall time is bounded below by the first)
+    # quick runs' wall times on the reference machine: contrastlab.experiments._durations.REFERENCE_QUICK_S;
+    # the demo's wall time is bounded below by the first)
     "augmentation-diversity",  # Zaliaduonis et al. §4.3: augmentation regimes × encoder architectures
     "weince-vs-infonce",  # WEINCE: extreme-value-corrected InfoNCE against InfoNCE on digits
     "text-finetune",  # a real model on real text: audit all-MiniLM-L6-v2, fine-tune it, audit it again
@@ -189,17 +191,12 @@ def audit(config: Config, out_dir: Path) -> dict[str, Any]:
     }
 
 
-def _run_paper(name: str, out: str) -> tuple[str, float, str, str | None]:
-    """Worker: run one experiment's quick setting (one torch thread); ``(name, seconds, summary, error)``."""
+def _run_paper(name: str, out: str) -> str:
+    """Worker: run one experiment's quick setting with one torch thread; returns its summary."""
     from contrastlab.experiments import run_experiment
 
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    try:
-        res = run_experiment(name, None, out, quick=True)
-        return name, time.perf_counter() - t0, str(res.get("summary", "")), None
-    except Exception as e:  # reported in the demo's table; the other experiments still run
-        return name, time.perf_counter() - t0, "", f"{type(e).__name__}: {e}"
+    return str(run_experiment(name, None, out, quick=True).get("summary", ""))
 
 
 class PaperRow(NamedTuple):
@@ -212,33 +209,95 @@ class PaperRow(NamedTuple):
     summary: str
 
 
+OWN_PROGRESS = True
+"""The demo shows its own progress board (the audit and every paper experiment); ``contrastlab run`` adds none."""
+
+
+def _audit_config(config: Config) -> dict[str, Any]:
+    """The fields that decide part 1 (the audit), as recorded in ``audit/results.json``."""
+    from contrastlab.train.dataconf import to_dict
+
+    return {k: v for k, v in to_dict(config).items() if k not in ("papers", "workers")}
+
+
 def run(config: Config, out_dir: Path) -> dict:
-    """Audit (part 1), then the papers' quick experiments (part 2), then one report over all of them."""
+    """Audit (part 1), then the papers' quick experiments (part 2), then one report over all of them.
+
+    Progress goes to stderr on a :class:`~contrastlab.progress.Board`: which parts run, their elapsed time
+    and an estimate from their recorded durations (a previous demo in the same folder, else the
+    reference machine's); live in a terminal, plain lines otherwise. Ctrl-C stops the running
+    experiments, prints what finished and raises ``KeyboardInterrupt``.
+    """
     from rich.console import Console
 
+    from contrastlab.experiments._durations import recorded_seconds
+    from contrastlab.experiments._parallel import Job, run_in_workers
+    from contrastlab.progress import Board, Task
     from contrastlab.report import write_report
+    from contrastlab.train.dataconf import to_dict
 
-    console = Console()
     main_dir = out_dir / "audit"
-    t0 = time.perf_counter()
-    part1 = audit(config, main_dir)
-    write_json_atomic(main_dir / "results.json", {"name": "demo audit", **part1, "runtime_s": time.perf_counter() - t0})
-    _print_table(console, part1["tables"][0])
-    console.print(part1["summary"])
+    audit_cfg = _audit_config(config)
+    tasks = [Task("audit", *recorded_seconds("demo audit", audit_cfg, main_dir, quick=False))]
+    for name in config.papers:
+        from contrastlab.experiments import resolve_config
+
+        quick_cfg = to_dict(resolve_config(name, quick=True))
+        tasks.append(Task(name, *recorded_seconds(name, quick_cfg, out_dir / name, quick=True, reference=True)))
+    board = Board("demo", tasks, workers=max(1, config.workers))
+    outcomes: dict[str, Any] = {}
+    interrupted = False
+    with board:
+        console = Console()  # created inside the board: in a terminal, its lines print above the board
+        t0 = time.perf_counter()
+        board.start("audit")
+        try:
+            part1 = audit(config, main_dir)
+        except KeyboardInterrupt:
+            board.end("audit", "stopped", "interrupted")
+            interrupted = True
+        else:
+            write_json_atomic(
+                main_dir / "results.json",
+                {"name": "demo audit", **part1, "config": audit_cfg, "runtime_s": time.perf_counter() - t0},
+            )
+            board.end("audit", "done")
+            _print_table(console, part1["tables"][0])
+            console.print(part1["summary"])
+            if config.papers:
+                jobs = [
+                    Job(name, _run_paper, (name, str(out_dir / name)), out_dir / name / "output.log")
+                    for name in config.papers
+                ]
+                outcomes, interrupted = run_in_workers(jobs, board, max(1, config.workers))
+    if interrupted:
+        import sys
+
+        print("demo interrupted; " + "; ".join(board.summary()), file=sys.stderr)
+        finished = [str(out_dir / n) for n in board.names("done") if n != "audit"]
+        if "audit" in board.names("done"):
+            finished.insert(0, str(main_dir))
+        if finished:
+            print(f"a report over what finished: contrastlab report {' '.join(finished)}", file=sys.stderr)
+        raise KeyboardInterrupt
 
     paper_rows: list[PaperRow] = []
     done_dirs: list[Path] = []
-    if config.papers:
-        console.print(f"\nRunning {len(config.papers)} paper experiments (--quick), {config.workers} at a time …")
-        with ProcessPoolExecutor(max_workers=max(1, config.workers), mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(_run_paper, name, str(out_dir / name)) for name in config.papers]
-            for fut in futures:
-                name, seconds, summary, error = fut.result()
-                status = "failed: " + error if error else "ok"
-                console.print(f"  {name:<24} {seconds:6.1f} s  {status}")
-                paper_rows.append(PaperRow(name, round(seconds, 1), status, summary))
-                if error is None:
-                    done_dirs.append(out_dir / name)
+    for name in config.papers:
+        o = outcomes[name]
+        status = "ok" if o.state == "done" else f"failed: {o.error} (log: {out_dir / name / 'output.log'})"
+        paper_rows.append(PaperRow(name, round(o.seconds, 1), status, str(o.result or "")))
+        if o.state == "done":
+            done_dirs.append(out_dir / name)
+    if paper_rows:
+        _print_table(
+            console,
+            {
+                "title": f"Paper experiments (--quick, {config.workers} at a time)",
+                "columns": ["experiment", "seconds", "status"],
+                "rows": [[r.experiment, f"{r.seconds:.1f}", r.status] for r in paper_rows],
+            },
+        )
     md, html = write_report([main_dir, *done_dirs], out_dir / "report")
     console.print(f"\nReport: {html}")
     return {

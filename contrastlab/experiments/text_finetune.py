@@ -241,6 +241,7 @@ def _bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tup
 
 def run(config: Config, out_dir: Path) -> dict:
     """Fine-tune per loss and seed (cached), audit every model, compare held-out R@1 and MRR."""
+    from contrastlab.audit.diagnostics import mrr_key as mrr_key_of
     from contrastlab.eval.probe import mean_ci
     from contrastlab.seeds import stream_rng
 
@@ -264,7 +265,7 @@ def run(config: Config, out_dir: Path) -> dict:
         results: dict[str, dict[str, Any]] = {tag: fut.result() for tag, fut in jobs.items()}
 
     base = results["pretrained"]["per_query"]
-    mrr_key = next(k for k in base if k.startswith("mrr@"))
+    mrr_key = mrr_key_of(_audit_config(config, "minilm").ks)
     metric_keys = ("recall@1", mrr_key)
     for tag, res in results.items():
         if res["per_query"]["pair_index"] != base["pair_index"]:

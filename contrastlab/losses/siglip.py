@@ -40,6 +40,7 @@ from contrastlab.losses._common import (
     device_of,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.siglip_compiled import compiled_blocks
 from contrastlab.losses.temperature import LearnableTemperature
 
 __all__ = ["SigLIPLoss", "siglip"]
@@ -100,8 +101,35 @@ def _exact_block(lg: Tensor, diag_col: int, grad: bool) -> Tensor:
     return loss
 
 
+def _eager_block(
+    neg: Tensor, pos: Tensor, q: Tensor, k: Tensor, b: Tensor, diag_col: int, grad: bool, loss: Tensor, acc: Tensor
+) -> None:
+    """The eager block pass of :func:`_forward`: ``loss`` ``(r,)`` from ``neg = −L`` ``(r, M)``.
+
+    ``σ(L) − I`` is left in ``neg``'s buffer if ``grad``; ``q`` holds the block's rows (for the exact
+    recomputation of an overflowing block) and ``acc`` is :func:`_softplus_row_sums`' buffer.
+    """
+    y = neg.exp_()
+    row = _softplus_row_sums(y, acc)
+    if bool(torch.isfinite(row).all()):
+        loss.copy_(row - pos)
+        if grad:
+            y.add_(1.0).reciprocal_()  # σ(L) = 1 / (1 + e⁻ᴸ), in place
+            y.diagonal(diag_col).copy_(torch.sigmoid(-pos).neg_())  # σ(L_ii) − 1
+    else:
+        lg = torch.addmm(b, q, k.T, out=neg)
+        loss.copy_(_exact_block(lg, diag_col, grad))
+
+
 def _forward(
-    q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int, weight: Tensor | None, grads: tuple[bool, bool, bool]
+    q: Tensor,
+    k: Tensor,
+    bias: Tensor,
+    offset: int,
+    rows: int,
+    weight: Tensor | None,
+    grads: tuple[bool, bool, bool],
+    compiled: bool = False,
 ) -> tuple[Tensor, Tensor | None, Tensor | None, Tensor | None]:
     """Stream the row blocks: per-row losses, and the gradients for the upstream row weights ``weight``.
 
@@ -117,34 +145,38 @@ def _forward(
     :func:`_exact_block`.
 
     ``weight`` None means every row has weight 1. ``grads`` says which of (q, k, bias) need a gradient.
+    ``compiled`` makes each block's softplus row sums and ``σ(L)`` with the compiled functions of
+    :mod:`contrastlab.losses.siglip_compiled` instead of the eager passes (the gradient block is then a
+    fresh block-sized tensor).
     """
     n, m = q.shape[0], k.shape[0]
     b = bias.detach()
     loss = q.new_empty(n)
     block = min(rows, n)
     buf = q.new_empty(block, m)  # reused by every block
-    acc = q.new_empty(block, 2 * -(-m // _SLICES))
+    acc = q.new_empty(block, 0 if compiled else 2 * -(-m // _SLICES))
     dq = torch.empty_like(q) if grads[0] else None
     dk = torch.zeros_like(k) if grads[1] else None
     db = q.new_zeros(()) if grads[2] else None
     grad = any(grads)
+    loss_block, loss_grad_block = compiled_blocks() if compiled else (None, None)
     for i0 in range(0, n, rows):
         i1 = min(i0 + rows, n)
         neg = torch.addmm(-b, q[i0:i1], k.T, alpha=-1.0, out=buf[: i1 - i0])  # (r, M): −L = −b − Q Kᵀ
         pos = neg.diagonal(offset + i0).neg()  # (r,): the positives' logits L_i,offset+i
-        y = neg.exp_()
-        row = _softplus_row_sums(y, acc[: i1 - i0])
-        if bool(torch.isfinite(row).all()):
-            loss[i0:i1] = row - pos
+        g = buf[: i1 - i0]
+        if loss_block is not None and loss_grad_block is not None:  # the compiled pass: exact for finite L
             if grad:
-                y.add_(1.0).reciprocal_()  # σ(L) = 1 / (1 + e⁻ᴸ), in place
-                y.diagonal(offset + i0).copy_(torch.sigmoid(-pos).neg_())  # σ(L_ii) − 1
+                row, g = loss_grad_block(neg)
+                g.diagonal(offset + i0).copy_(torch.sigmoid(-pos).neg_())  # σ(L_ii) − 1
+            else:
+                row = loss_block(neg)
+            loss[i0:i1] = row - pos
         else:
-            lg = torch.addmm(b, q[i0:i1], k.T, out=buf[: i1 - i0])
-            loss[i0:i1] = _exact_block(lg, offset + i0, grad)
+            _eager_block(neg, pos, q[i0:i1], k, b, offset + i0, grad, loss[i0:i1], acc[: i1 - i0])
         if not grad:
             continue
-        g = buf[: i1 - i0]  # (r, M): G = ∂ℓ/∂L = σ(L) − I
+        # G = ∂ℓ/∂L = σ(L) − I, (r, M)
         if weight is not None:
             g.mul_(weight[i0:i1, None])
         if dq is not None:
@@ -165,18 +197,18 @@ class _SigmoidPairs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int) -> Tensor:
+    def forward(ctx: Any, q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int, compiled: bool) -> Tensor:
         grads = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
-        loss, dq, dk, db = _forward(q, k, bias, offset, rows, None, grads)
-        ctx.args = (offset, rows, grads)
+        loss, dq, dk, db = _forward(q, k, bias, offset, rows, None, grads, compiled)
+        ctx.args = (offset, rows, grads, compiled)
         ctx.save_for_backward(q, k, bias, dq, dk, db)
         return loss
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None, None]:
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None, None, None, None]:
         q, k, bias, dq, dk, db = ctx.saved_tensors
-        offset, rows, grads = ctx.args
+        offset, rows, grads, compiled = ctx.args
         if bool((grad == grad[0]).all()):  # the same for every row: scale the gradient made ahead
             c = grad[0]
             return (
@@ -185,9 +217,10 @@ class _SigmoidPairs(torch.autograd.Function):
                 db * c if db is not None else None,
                 None,
                 None,
+                None,
             )
-        _, dq, dk, db = _forward(q, k, bias, offset, rows, grad, grads)
-        return dq, dk, db, None, None
+        _, dq, dk, db = _forward(q, k, bias, offset, rows, grad, grads, compiled)
+        return dq, dk, db, None, None, None
 
 
 def _check_bias(bias: object, dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -216,6 +249,7 @@ def siglip(
     reduction: str = "mean",
     chunk_size: int | None = None,
     gather: bool = False,
+    compiled: bool = False,
 ) -> Tensor:
     """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, arXiv 2303.15343, eq. 1 and Algorithm 1).
 
@@ -238,6 +272,10 @@ def siglip(
         gather: under torch.distributed, contrast this rank's anchors with the positives of every rank
             and return this rank's share of the global loss (the mean of the shares over ranks is the
             single-process loss, with exact gradients); the identity in one process.
+        compiled: make each block's element-wise pass (the softplus row sums and σ(L)) with functions
+            compiled by ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`) instead of the
+            eager passes, the reference. Opt-in: the first call of each dtype pays the compile (seconds
+            to minutes); the same numbers to rounding.
 
     Returns:
         The loss, a float32 scalar (float64 if an input is float64), or ``(N,)`` for ``reduction="none"``.
@@ -272,6 +310,7 @@ def siglip(
             )
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("normalize", normalize)
+        check_bool("compiled", compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive)
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
@@ -291,9 +330,9 @@ def siglip(
     k_all, offset = distributed.gather_with_grad(k) if gather else (k, 0)  # (N_global, D)
     rows = _block_rows(k_all.shape[0], q.element_size(), chunk_size)
     if torch.is_grad_enabled() and (q.requires_grad or k_all.requires_grad or b.requires_grad):
-        per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows)
+        per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows, compiled)
     else:
-        per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False))[0]
+        per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False), compiled)[0]
     check_finite_loss(per_row, "siglip", gather=gather)
     if reduction == "none":
         return per_row
@@ -318,6 +357,7 @@ class SigLIPLoss(nn.Module):
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         chunk_size: rows per block of the streamed pass (see :func:`siglip`).
         gather: contrast with the positives of every rank (see :func:`siglip`).
+        compiled: the compiled element-wise pass (opt-in; see :func:`siglip`).
 
     Examples:
         >>> loss = SigLIPLoss()
@@ -338,6 +378,7 @@ class SigLIPLoss(nn.Module):
         reduction: str = "mean",
         chunk_size: int | None = None,
         gather: bool = False,
+        compiled: bool = False,
     ) -> None:
         super().__init__()
         check_positive_float("temperature", temperature)
@@ -349,6 +390,8 @@ class SigLIPLoss(nn.Module):
         check_choice("reduction", reduction, REDUCTIONS)
         tiled.check_chunk_size(chunk_size)
         check_bool("gather", gather)
+        check_bool("compiled", compiled)
+        self.compiled = compiled
         self.learnable = learnable
         self.normalize = normalize
         self.reduction = reduction
@@ -374,6 +417,7 @@ class SigLIPLoss(nn.Module):
             reduction=self.reduction,
             chunk_size=self.chunk_size,
             gather=self.gather,
+            compiled=self.compiled,
         )
 
     def extra_repr(self) -> str:

@@ -59,8 +59,10 @@ With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by
 ``info_nce`` themselves, so it equals them bit for bit; the mixing code with a vanishing λ agrees
 with them to rounding (tested).
 
-Computation: the default case (2N views, a fixed τ, no auxiliary terms) is one GEMM for the cosines,
-a tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
+Computation, SimCLR's views: while the 2N × 2N matrix fits one block of
+:data:`~contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
+with a fixed τ and no auxiliary terms, the **fused single-block kernel**: one GEMM for the cosines, a
+tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
 float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
 one fused autograd function, :class:`_WeinceSimCLR`, on the raw views, their normalised form and the
 shortfalls 1 − s (the row maximum of ℓ is known from the row's largest cosine, so no pass finds it; the
@@ -69,26 +71,33 @@ dimension and the Weibit exponent costs three vectorised passes). When the rows 
 or a sum, the fused function also forms the gradient in its forward, through the normalisation, while
 its two (2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)``
 does for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of two passes and two
-GEMMs. A learnable τ, the auxiliary terms or gathered candidates use the logits s/τ of the local
-views against every candidate with their autograd graph and :class:`_MixedCrossEntropy` / plain autograd.
+GEMMs. Otherwise (larger batches, ``chunk_size``, gathered candidates, a learnable τ, the auxiliary
+terms) the **streamed kernel** (:mod:`contrastlab.losses.weince_stream`): a statistics sweep and a loss
+sweep over blocks of anchors against all 2N views, memory O(N·D + N·chunk), the same statistics (each
+anchor's tail is selected from its complete row) and the same loss to rounding. Explicit negatives use
+the logits s/τ of the anchors against their candidates with their autograd graph and
+:class:`_MixedCrossEntropy` (plain autograd for a learnable τ).
 
 Under torch.distributed (``gather=True``) each rank computes the single-process WEINCE of the global
-batch restricted to its own rows, through the same code: the raw rows of every rank are gathered with
-exact gradients and normalised locally (so the float64 recomputation near the endpoint sees the same
-inputs as one process); local view-a row i is candidate ``offset + i``, its positive ``N + offset + i``;
+batch restricted to its own rows, through the streamed kernel: the raw rows of every rank are gathered
+with exact gradients and normalised locally (so the float64 recomputation near the endpoint sees the
+same inputs as one process, and every rank's crowded views are gathered so that the same shortfalls are
+recomputed); local view-a row i is candidate ``offset + i``, its positive ``N + offset + i``;
 the per-anchor tails come from each local anchor's 2N − 2 global negatives; the pivot ρ_0 is the
 q-order statistic of every rank's ρ (gathered without gradient); the global β_t fits the pooled k_tail
 largest negatives of every rank, so its EMA state advances identically everywhere. Shared negatives
 are gathered into one set, per-anchor negatives stay local. In one process every gather does nothing.
 
 Files: the options (:mod:`contrastlab.losses.weince_options`), the tail statistics
-(:mod:`contrastlab.losses.weince_tail`) and the fused kernels (:mod:`contrastlab.losses.weince_kernels`).
+(:mod:`contrastlab.losses.weince_tail`), the fused kernels (:mod:`contrastlab.losses.weince_kernels`)
+and the streamed one (:mod:`contrastlab.losses.weince_stream`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -124,12 +133,22 @@ from contrastlab.losses.weince_kernels import (
     _WeinceSimCLR,
 )
 from contrastlab.losses.weince_options import BETA_MODES, GlobalBetaConfig, WEINCEOptions
+from contrastlab.losses.weince_stream import (
+    STREAM_BLOCK_BYTES,
+    Refinement,
+    _WeinceStream,
+    block_anchors,
+    coefficients,
+    gather_dot,
+    streamed_tail,
+)
 from contrastlab.losses.weince_tail import (
     ENDPOINT_SHORTFALL,
     AnchorTailStats,
     _anchor_tail_stats,
     _crowded_rows,
     _refine_rows,
+    _tail_gates,
     _top_values,
     anchor_tail_stats,
     global_tail_beta,
@@ -219,6 +238,7 @@ def weince(
     reduction: str = "mean",
     return_stats: bool = False,
     gather: bool = False,
+    chunk_size: int | None = None,
 ) -> Tensor | tuple[Tensor, WEINCEStats]:
     """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
 
@@ -256,6 +276,12 @@ def weince(
             rank's anchors, ``rho0`` the global pivot and ``beta_ema`` the new global β_t (the same
             on every rank). N ≥ 2 is required of the global batch; an invalid input on any rank
             raises on every rank. In one process the gather does nothing.
+        chunk_size: SimCLR's views (``negatives=None``) are computed in blocks of ``chunk_size`` anchors
+            against all 2N views (memory O(N·D + N·chunk_size), never the 2N × 2N matrix; the same
+            numbers as one block). ``None`` chooses: one fused block while the 2N × 2N matrix fits
+            :data:`contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
+            process, a fixed τ, no auxiliary terms), else blocks of that many bytes. Explicit
+            negatives are computed densely (their N × M or N × K logits).
 
     Returns:
         The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
@@ -296,6 +322,7 @@ def weince(
         reduction=reduction,
         return_stats=return_stats,
         gather=gather,
+        chunk_size=chunk_size,
     )
 
 
@@ -346,6 +373,36 @@ def _beta_prev(beta_ema: float | Tensor | None, config: GlobalBetaConfig) -> flo
     return check_positive_float("beta_ema", beta_ema)
 
 
+class _Parts(NamedTuple):
+    """What each path of :func:`weince_with` hands back: the loss and the statistics it used."""
+
+    loss: Tensor
+    reduced: bool  # whether ``loss`` is already the reduction of the rows
+    tail: AnchorTailStats
+    beta: Tensor
+    beta_t: float | None
+    estimate: tuple[float, float] | None
+
+
+class _Call(NamedTuple):
+    """One validated call of :func:`weince_with`: its inputs, options and what the checks resolved."""
+
+    z_a: Tensor
+    z_b: Tensor
+    a: Tensor  # z_a in the compute dtype
+    b: Tensor
+    options: WEINCEOptions
+    temperature: TemperatureLike
+    inv_t: Tensor | float
+    beta_prev: float
+    dtype: torch.dtype
+    reduction: str
+    gather: bool
+    gathered: bool  # candidates come from other ranks too
+    n_global: int
+    chunk_size: int | None
+
+
 def weince_with(
     z_a: Tensor,
     z_b: Tensor,
@@ -357,6 +414,7 @@ def weince_with(
     reduction: str = "mean",
     return_stats: bool = False,
     gather: bool = False,
+    chunk_size: int | None = None,
 ) -> Tensor | tuple[Tensor, WEINCEStats]:
     """:func:`weince` with its hyperparameters given as one validated :class:`WEINCEOptions`.
 
@@ -371,6 +429,7 @@ def weince_with(
         n_local = _validate_inputs(z_a, z_b, negatives)
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("return_stats", return_stats)
+        checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["beta_prev"] = _beta_prev(beta_ema, options.global_beta)
         checked["dtype"] = dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, z_a.device)
@@ -379,184 +438,345 @@ def weince_with(
     n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
     if negatives is None and n_global < 2:
         raise ValueError(f"z_a must have N >= 2 rows: with N = {n_global} a view has no negatives to fit a tail to")
-    o = options
-    dtype, inv_t, beta_prev = checked["dtype"], checked["inv_t"], checked["beta_prev"]
-    gathered = gather and cd.world_size() > 1  # candidates come from other ranks too
-    device = z_a.device
-    with _autocast_off(device):
-        a, b = z_a.to(dtype), z_b.to(dtype)
-        n = a.shape[0]
-        fast = negatives is None and isinstance(inv_t, float) and o.aux_top_m == 0 and not gathered
-        reduced = False  # whether ``loss`` is already the reduction of the rows
-        work: Tensor | None = None
-        self_cols: Tensor | None = None
-        if negatives is None:
-            # SimCLR's 2N views: the raw rows of every rank, normalised here (candidates, with gradient);
-            # local view-a row i is candidate offset + i, its positive N + offset + i (and vice versa).
-            a_all, offset = gather_rows(a, gather)
-            b_all, _ = gather_rows(b, gather)
-            big_n = a_all.shape[0]
-            raw = torch.cat([a_all, b_all], dim=0)  # (2N, D)
-            inv_norm: Tensor | None = None
-            if fast:  # the fused kernel takes the gradient through the normalisation itself
-                with torch.no_grad():
-                    views, inv_norm = _normalized(raw)
-            else:
-                views = tiled.normalize_scale(raw)
-            self_cols, pos_index = _simclr_columns(n, big_n, offset, device)  # (2n,) each
-            local = views if not gathered else torch.cat([views[offset : offset + n], views[big_n + offset :][:n]])
-            # The fused path keeps 1 − s and lets the tail selection sort the cosines in place; E is then
-            # written over them: two (2N, 2N) buffers per step, in one allocation.
-            work = views.new_empty(2, 2 * n, 2 * n) if fast else None
-            with torch.no_grad():
-                cos = torch.mm(local.detach(), views.detach().T, out=None if work is None else work[0])  # (2n, 2N)
-                if work is not None:
-                    s_pos = cos.gather(1, pos_index.unsqueeze(1))  # (2N, 1), read before the sort
-                    u = torch.sub(torch.ones((), dtype=dtype, device=device), cos, out=work[1])  # 1 − s
-            if not fast:  # s/τ of the local views against every candidate, with gradient; a view never its own
-                logits_pl = (local * inv_t) @ views.T  # (2n, 2N)
-                minus_inf = torch.tensor(float("-inf"), dtype=dtype, device=device)
-                logits_pl = logits_pl.index_put((torch.arange(2 * n, device=device), self_cols), minus_inf)
-            k_neg, count = 2 * big_n - 2, 2 * n_global
-        else:
-            a, b = l2_normalize(a), l2_normalize(b)
-            negs_raw = negatives.to(dtype)
-            if negs_raw.ndim == 2:
-                negs_raw, _ = gather_rows(negs_raw, gather)  # every rank's shared negatives: one set
-            nv = l2_normalize(negs_raw)
-            a_s = a * inv_t
-            pos_pl = (a_s * b).sum(dim=1, keepdim=True)  # (n, 1)
-            neg_pl = a_s @ nv.T if nv.ndim == 2 else torch.bmm(nv, a_s.unsqueeze(2)).squeeze(2)  # (n, K)
-            logits_pl = torch.cat([pos_pl, neg_pl], dim=1)  # (n, 1 + K): the positive is column 0
-            pos_index = torch.zeros(n, dtype=torch.long, device=device)
-            k_neg, count = neg_pl.shape[1], n_global
-        tau_det = 1.0 / inv_t if isinstance(inv_t, float) else float(1.0 / inv_t.detach())
-
-        # §2.3 statistics on the k_tail hardest negatives; s/τ is increasing in s, so select on the logits.
-        k_tail = tail_size(k_neg, o.tail_frac, o.min_tail)
-        need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
-        if negatives is None:
-            assert self_cols is not None
-            in_place = work is not None and not need_global  # the global tail reads the cosines again
-            top = _top_values(cos, k_tail, exclude=(self_cols, pos_index), inplace=in_place)
-            crowded = _crowded_rows(top, dtype)
-            if crowded.numel():  # float64 cosines for these rows: their shortfalls 1 − s keep their digits
-                with torch.no_grad():
-                    views64 = tiled.normalize_scale(torch.cat([a_all, b_all], dim=0).detach().to(torch.float64))
-                    local_rows = crowded if not gathered else self_cols[crowded]  # rows of views64
-                    cos64 = views64[local_rows] @ views64.T  # (r, 2N)
-                    if work is not None:  # the fused kernel's 1 − s (symmetric: rows and columns) and positives
-                        u64 = torch.rsub(cos64, 1.0).to(dtype)  # (r, 2N)
-                        u[crowded] = u64
-                        u[:, crowded] = u64.T
-                        s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
-                    excl = (self_cols[crowded], pos_index[crowded])
-                    top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
-        else:
-            top = _top_values(neg_pl, k_tail) * tau_det
-            crowded = _crowded_rows(top, dtype)
-            if crowded.numel():
-                with torch.no_grad():
-                    a64 = l2_normalize(z_a.detach()[crowded].to(torch.float64))  # (r, D)
-                    n64 = l2_normalize(negs_raw.detach().to(torch.float64))
-                    if n64.ndim == 2:
-                        neg64 = a64 @ n64.T  # (r, M)
-                    else:
-                        neg64 = torch.bmm(n64[crowded], a64.unsqueeze(2)).squeeze(2)  # (r, K)
-                    top = _refine_rows(top, crowded, _top_values(neg64, k_tail, inplace=True))
-        tail = _anchor_tail_stats(
-            top,
-            q=o.q,
-            kappa_rho=o.kappa_rho,
-            kappa_aic=o.kappa_aic,
-            margin=o.margin,
-            eps=o.eps,
-            rho_pool=cd.gather_no_grad if gathered else None,  # the pivot ρ_0 over every rank's anchors
+    o, dtype, inv_t = options, checked["dtype"], checked["inv_t"]
+    gathered = gather and cd.world_size() > 1
+    with _autocast_off(z_a.device):
+        call = _Call(
+            z_a,
+            z_b,
+            z_a.to(dtype),
+            z_b.to(dtype),
+            o,
+            temperature,
+            inv_t,
+            checked["beta_prev"],
+            dtype,
+            reduction,
+            gather,
+            gathered,
+            n_global,
+            checked["chunk_size"],
         )
-        lam = tail.lam.to(dtype) if o.fixed_lambda is None else torch.full_like(tail.lam, o.fixed_lambda, dtype=dtype)
-
-        beta_t: float | None = None
-        estimate: tuple[float, float] | None = None
-        neg_only: Tensor | None = None
-        if need_global:
-            with torch.no_grad():  # the negatives alone, −inf elsewhere
-                rows_r = torch.arange(pos_index.shape[0], device=device)
-                neg_only = cos.clone() if negatives is None else logits_pl.detach() * tau_det
-                if self_cols is not None:
-                    neg_only[rows_r, self_cols] = float("-inf")
-                neg_only[rows_r, pos_index] = float("-inf")
-            gb = o.global_beta
-            estimate = global_tail_beta_pooled(
-                neg_only, tail_frac=gb.tail_frac, min_tail=gb.min_tail, eps=o.eps, gather=gathered
-            )
-            beta_t = update_beta_ema(beta_prev, estimate, gb)
-        if o.beta_mode == "per_anchor":
-            beta = tail.beta_hat.to(dtype)
-        elif o.beta_mode == "one":
-            beta = torch.ones_like(lam)
+        if negatives is not None:
+            parts = _explicit_negatives(call, negatives)
+        elif _fused(call):
+            parts = _simclr_fused(call)
         else:
-            assert beta_t is not None
-            beta = torch.full_like(lam, beta_t)
-
-        lam_c = lam.unsqueeze(1)  # (R, 1): stop-gradient constants
-        lam_beta = (lam if o.beta_mode == "one" else lam * beta).unsqueeze(1)
-        if not gathered and not _any_nonzero(lam):  # λ ≡ 0: NT-Xent / InfoNCE; their kernels (same numbers)
-            if negatives is None:
-                loss = nt_xent(z_a, z_b, temperature=temperature, reduction="none")
-            else:
-                loss = info_nce(z_a, z_b, negatives, temperature=temperature, reduction="none")
-        elif fast:
-            assert isinstance(inv_t, float) and work is not None
-            s_max = torch.maximum(top[:, :1].to(dtype), s_pos)  # (2N, 1)
-            coef = torch.rsub(lam_c, inv_t, alpha=inv_t)  # (1 − λ)/τ
-            if torch.is_grad_enabled() and raw.requires_grad:
-                ahead = not tiled.keeps_logits(reduction, raw)  # a mean or sum: the gradient in the forward
-                reduced = ahead  # the fused function reduces the rows itself (cd.share's numbers: one process)
-                loss = _WeinceSimCLR.apply(
-                    raw,
-                    u,
-                    pos_index,
-                    coef,
-                    lam_beta,
-                    s_max,
-                    o.eps,
-                    ahead,
-                    work[0],
-                    views,
-                    inv_norm,
-                    reduction if reduced else None,
-                )
-            else:
-                loss = _weince_rows(u, pos_index, coef, lam_beta, s_max, _u_min(o.eps, dtype), work[0])[2]
-        elif isinstance(inv_t, float):
-            loss = _MixedCrossEntropy.apply(logits_pl, pos_index, 1.0 - lam_c, lam_beta, tau_det, o.eps, self_cols)
-        else:  # a learnable τ: plain autograd (the Weibit term must not depend on τ through s/τ)
-            loss = _mixed_cross_entropy_autograd(logits_pl, pos_index, lam_c, lam_beta, inv_t, o.eps, self_cols)
-
-        if o.aux_top_m > 0:
-            assert beta_t is not None and neg_only is not None
-            m = min(o.aux_top_m, k_neg)
-            top_idx = torch.topk(neg_only, k=m, dim=1).indices  # (R, M) hardest negatives
-            p_logits = torch.cat([logits_pl.gather(1, pos_index.unsqueeze(1)), logits_pl.gather(1, top_idx)], dim=1)
-            w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)  # (R, 1 + M): [positive | M hardest]
-            aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (
-                torch.logsumexp(p_logits, dim=1) - p_logits[:, 0]
-            )
-            loss = loss + o.aux_weight * aux
-
-    if not reduced:
+            parts = _simclr_streamed(call)
+    loss = parts.loss
+    if not parts.reduced:
+        count = 2 * n_global if negatives is None else n_global
         loss = cd.share(loss, reduction, count, gather=gather)
     out = check_finite_loss(loss, "z_a/z_b", gather=gather)
     if not return_stats:
         return out
     stats = WEINCEStats(
-        tail=tail,
-        beta=beta.detach(),
-        beta_ema=None if beta_t is None else torch.tensor(beta_t, dtype=torch.float64),
-        beta_global_hat=None if estimate is None else estimate[0],
-        beta_global_r2=None if estimate is None else estimate[1],
+        tail=parts.tail,
+        beta=parts.beta.detach(),
+        beta_ema=None if parts.beta_t is None else torch.tensor(parts.beta_t, dtype=torch.float64),
+        beta_global_hat=None if parts.estimate is None else parts.estimate[0],
+        beta_global_r2=None if parts.estimate is None else parts.estimate[1],
     )
     return out, stats
+
+
+def _fused(call: _Call) -> bool:
+    """Whether SimCLR's views take the fused single-block kernel (:class:`_WeinceSimCLR`).
+
+    One process, a fixed τ, no auxiliary terms, no ``chunk_size`` and a 2N × 2N matrix within one
+    block of the streamed sweep (:data:`STREAM_BLOCK_BYTES`: 2N ≤ 1,448 in float32): there the
+    whole matrix is the one block, and the fused kernel, which reads it once for the statistics and
+    keeps it for the loss, makes one GEMM fewer than the streamed sweeps.
+    """
+    c = 2 * call.n_global
+    itemsize = torch.finfo(call.dtype).bits // 8
+    return (
+        call.chunk_size is None
+        and isinstance(call.inv_t, float)
+        and call.options.aux_top_m == 0
+        and not call.gathered
+        and c * c * itemsize <= STREAM_BLOCK_BYTES
+    )
+
+
+def _global_beta(call: _Call, estimate: tuple[float, float] | None) -> float:
+    """β_t after this batch's global estimate (the EMA step)."""
+    return update_beta_ema(call.beta_prev, estimate, call.options.global_beta)
+
+
+def _lam_beta(call: _Call, tail: AnchorTailStats, beta_t: float | None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(λ, β, λβ)``, each ``(R,)`` in the compute dtype: stop-gradient constants of the loss."""
+    o, dtype = call.options, call.dtype
+    lam = tail.lam.to(dtype) if o.fixed_lambda is None else torch.full_like(tail.lam, o.fixed_lambda, dtype=dtype)
+    if o.beta_mode == "per_anchor":
+        beta = tail.beta_hat.to(dtype)
+    elif o.beta_mode == "one":
+        beta = torch.ones_like(lam)
+    else:
+        assert beta_t is not None
+        beta = torch.full_like(lam, beta_t)
+    return lam, beta, lam if o.beta_mode == "one" else lam * beta
+
+
+def _softmax_loss(call: _Call, negatives: Tensor | None) -> tuple[Tensor, bool]:
+    """λ ≡ 0: the loss of ``nt_xent`` / ``info_nce`` themselves (the same numbers), and whether it is reduced.
+
+    Reduced by them when no auxiliary term is added to the rows (their streamed kernels then never
+    keep the logits).
+    """
+    reduction = call.reduction if call.options.aux_top_m == 0 else "none"
+    t = call.temperature
+    if negatives is None:
+        loss = nt_xent(call.z_a, call.z_b, temperature=t, reduction=reduction)
+    else:
+        loss = info_nce(call.z_a, call.z_b, negatives, temperature=t, reduction=reduction)
+    return loss, reduction != "none"
+
+
+def _simclr_fused(call: _Call) -> _Parts:
+    """SimCLR's views in one block: one (2N, 2N) cosine buffer, the tails sorted in place, the fused kernel."""
+    o, dtype, inv_t = call.options, call.dtype, call.inv_t
+    assert isinstance(inv_t, float)
+    device = call.a.device
+    n = call.a.shape[0]
+    raw = torch.cat([call.a, call.b], dim=0)  # (2N, D)
+    with torch.no_grad():  # the fused kernel takes the gradient through the normalisation itself
+        views, inv_norm = _normalized(raw)
+    self_cols, pos_index = _simclr_columns(n, n, 0, device)  # (2N,) each
+    need_global = o.beta_mode == "global_ema"
+    # 1 − s is kept and the tail selection sorts the cosines in place (unless the global tail reads them
+    # again); E is then written over them: two (2N, 2N) buffers per step, in one allocation.
+    work = views.new_empty(2, 2 * n, 2 * n)
+    with torch.no_grad():
+        cos = torch.mm(views, views.T, out=work[0])  # (2N, 2N)
+        s_pos = cos.gather(1, pos_index.unsqueeze(1))  # (2N, 1), read before the sort
+        u = torch.sub(torch.ones((), dtype=dtype, device=device), cos, out=work[1])  # 1 − s
+        estimate: tuple[float, float] | None = None
+        if need_global:  # the negatives alone, −inf elsewhere
+            neg_only = cos.clone()
+            rows_r = torch.arange(2 * n, device=device)
+            neg_only[rows_r, self_cols] = float("-inf")
+            neg_only[rows_r, pos_index] = float("-inf")
+            gb = o.global_beta
+            estimate = global_tail_beta(neg_only, tail_frac=gb.tail_frac, min_tail=gb.min_tail, eps=o.eps)
+            del neg_only
+        k_tail = tail_size(2 * n - 2, o.tail_frac, o.min_tail)
+        top = _top_values(cos, k_tail, exclude=(self_cols, pos_index), inplace=True)
+        crowded = _crowded_rows(top, dtype)
+        if crowded.numel():  # float64 cosines for these rows: their shortfalls 1 − s keep their digits
+            views64 = tiled.normalize_scale(raw.detach().to(torch.float64))
+            cos64 = views64[crowded] @ views64.T  # (r, 2N)
+            u64 = torch.rsub(cos64, 1.0).to(dtype)  # the fused kernel's 1 − s (symmetric: rows and columns)
+            u[crowded] = u64
+            u[:, crowded] = u64.T
+            s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
+            excl = (self_cols[crowded], pos_index[crowded])
+            top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
+    tail = _anchor_tail_stats(top, q=o.q, kappa_rho=o.kappa_rho, kappa_aic=o.kappa_aic, margin=o.margin, eps=o.eps)
+    beta_t = _global_beta(call, estimate) if need_global else None
+    lam, beta, lam_beta = _lam_beta(call, tail, beta_t)
+    if not _any_nonzero(lam):  # λ ≡ 0: NT-Xent; its kernel (same numbers)
+        loss, reduced = _softmax_loss(call, None)
+        return _Parts(loss, reduced, tail, beta, beta_t, estimate)
+    s_max = torch.maximum(top[:, :1].to(dtype), s_pos)  # (2N, 1)
+    coef = torch.rsub(lam.unsqueeze(1), inv_t, alpha=inv_t)  # (1 − λ)/τ
+    lam_b = lam_beta.unsqueeze(1)
+    reduced = False
+    if torch.is_grad_enabled() and raw.requires_grad:
+        ahead = not tiled.keeps_logits(call.reduction, raw)  # a mean or sum: the gradient in the forward
+        reduced = ahead  # the fused function reduces the rows itself (cd.share's numbers: one process)
+        loss = _WeinceSimCLR.apply(
+            raw,
+            u,
+            pos_index,
+            coef,
+            lam_b,
+            s_max,
+            o.eps,
+            ahead,
+            work[0],
+            views,
+            inv_norm,
+            call.reduction if reduced else None,
+        )
+    else:
+        loss = _weince_rows(u, pos_index, coef, lam_b, s_max, _u_min(o.eps, dtype), work[0])[2]
+    return _Parts(loss, reduced, tail, beta, beta_t, estimate)
+
+
+def _simclr_streamed(call: _Call) -> _Parts:
+    """SimCLR's views in blocks of anchors (:mod:`contrastlab.losses.weince_stream`): O(N·D + N·chunk) memory.
+
+    Under torch.distributed the local anchors are contrasted with every rank's views; every batch
+    statistic (ρ_0, the global tail, the float64 recomputation) is the global batch's.
+    """
+    o, dtype, inv_t, gathered = call.options, call.dtype, call.inv_t, call.gathered
+    device = call.a.device
+    n = call.a.shape[0]
+    itemsize = torch.finfo(dtype).bits // 8
+    # The raw rows of every rank, normalised here (candidates, with gradient); local view-a row i is
+    # candidate offset + i, its positive N + offset + i (and vice versa).
+    a_all, offset = gather_rows(call.a, call.gather)
+    b_all, _ = gather_rows(call.b, call.gather)
+    big_n = a_all.shape[0]
+    raw = torch.cat([a_all, b_all], dim=0)  # (2N, D)
+    views = tiled.normalize_scale(raw)
+    self_cols, pos_index = _simclr_columns(n, big_n, offset, device)  # (2n,) each
+    local = views if not gathered else torch.cat([views[offset : offset + n], views[big_n + offset :][:n]])
+    k_neg = 2 * big_n - 2
+    total = 2 * call.n_global * k_neg  # negatives of the global batch
+    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    gb = o.global_beta
+    pool_k = min(int(max(gb.min_tail, gb.tail_frac * total)), total) if need_global else 0
+    top_m = min(o.aux_top_m, k_neg)
+    rows = block_anchors(2 * big_n, itemsize, call.chunk_size)
+
+    @functools.cache
+    def views64() -> Tensor:
+        return tiled.normalize_scale(raw.detach().to(torch.float64))
+
+    k_tail = tail_size(k_neg, o.tail_frac, o.min_tail)
+    st = streamed_tail(
+        local,
+        views,
+        self_cols,
+        pos_index,
+        k_tail=k_tail,
+        rows=rows,
+        eps=o.eps,
+        views64=views64,
+        pool_k=pool_k,
+        top_m=top_m,
+    )
+    tail = _tail_gates(
+        st.fits,
+        k_tail,
+        device,
+        q=o.q,
+        kappa_rho=o.kappa_rho,
+        kappa_aic=o.kappa_aic,
+        margin=o.margin,
+        eps=o.eps,
+        rho_pool=cd.gather_no_grad if gathered else None,  # the pivot ρ_0 over every rank's anchors
+    )
+    estimate: tuple[float, float] | None = None
+    beta_t: float | None = None
+    if need_global:
+        assert st.pool is not None
+        pool = cd.gather_no_grad(st.pool) if gathered else st.pool  # holds the global batch's largest
+        estimate = global_tail_beta(pool, tail_frac=gb.tail_frac, min_tail=gb.min_tail, eps=o.eps, total=total)
+        beta_t = _global_beta(call, estimate)
+    lam, beta, lam_beta = _lam_beta(call, tail, beta_t)
+    reduced = False
+    if not gathered and not _any_nonzero(lam):  # λ ≡ 0: NT-Xent; its kernel (same numbers)
+        loss, reduced = _softmax_loss(call, None)
+    else:
+        refine = _refinement(call, st.crowded, views64, n) if dtype != torch.float64 else None
+        inv_f = inv_t if isinstance(inv_t, float) else float(inv_t.detach())
+        co = coefficients(lam, lam_beta, st.s_max, inv_f, _u_min(o.eps, dtype))
+        inv_tensor = inv_t if isinstance(inv_t, Tensor) else torch.tensor(inv_t, dtype=dtype, device=device)
+        ahead = torch.is_grad_enabled() and raw.requires_grad and call.reduction != "none"
+        loss = _WeinceStream.apply(local, views, inv_tensor, pos_index, self_cols, co, refine, rows, ahead)
+    if o.aux_top_m > 0:
+        assert beta_t is not None and st.top_idx is not None
+        idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
+        p_logits = gather_dot(local * inv_t, views, idx, rows=rows)
+        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
+        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+        loss = loss + o.aux_weight * aux
+    return _Parts(loss, reduced, tail, beta, beta_t, estimate)
+
+
+def _refinement(call: _Call, crowded: Tensor, views64: Callable[[], Tensor], n: int) -> Refinement | None:
+    """Where the float32 loss reads float64 shortfalls: the crowded anchors of every rank (rows and columns).
+
+    Under torch.distributed each rank's crowded views are all-gathered (no gradient), so that every rank
+    recomputes the same entries as one process would.
+    """
+    mask = torch.zeros(2 * n, dtype=torch.bool, device=call.a.device)
+    mask[crowded] = True
+    if call.gathered:  # as uint8: every backend all-gathers bytes
+        flags = mask.to(torch.uint8)
+        cand = torch.cat([cd.gather_no_grad(flags[:n]), cd.gather_no_grad(flags[n:])]).bool()
+    else:
+        cand = mask
+    if not bool(cand.any()):
+        return None
+    return Refinement(views64(), mask, torch.nonzero(cand).squeeze(1))
+
+
+def _explicit_negatives(call: _Call, negatives: Tensor) -> _Parts:
+    """Explicit candidate sets, as ``info_nce``: shared ``(M, D)`` or per-anchor ``(N, K, D)`` negatives (dense)."""
+    o, dtype, inv_t = call.options, call.dtype, call.inv_t
+    device = call.a.device
+    n = call.a.shape[0]
+    a, b = l2_normalize(call.a), l2_normalize(call.b)
+    negs_raw = negatives.to(dtype)
+    if negs_raw.ndim == 2:
+        negs_raw, _ = gather_rows(negs_raw, call.gather)  # every rank's shared negatives: one set
+    nv = l2_normalize(negs_raw)
+    a_s = a * inv_t
+    pos_pl = (a_s * b).sum(dim=1, keepdim=True)  # (n, 1)
+    neg_pl = a_s @ nv.T if nv.ndim == 2 else torch.bmm(nv, a_s.unsqueeze(2)).squeeze(2)  # (n, K)
+    logits_pl = torch.cat([pos_pl, neg_pl], dim=1)  # (n, 1 + K): the positive is column 0
+    pos_index = torch.zeros(n, dtype=torch.long, device=device)
+    k_neg = neg_pl.shape[1]
+    tau_det = 1.0 / inv_t if isinstance(inv_t, float) else float(1.0 / inv_t.detach())
+
+    # §2.3 statistics on the k_tail hardest negatives; s/τ is increasing in s, so select on the logits.
+    k_tail = tail_size(k_neg, o.tail_frac, o.min_tail)
+    top = _top_values(neg_pl, k_tail) * tau_det
+    crowded = _crowded_rows(top, dtype)
+    if crowded.numel():
+        with torch.no_grad():
+            a64 = l2_normalize(call.z_a.detach()[crowded].to(torch.float64))  # (r, D)
+            n64 = l2_normalize(negs_raw.detach().to(torch.float64))
+            if n64.ndim == 2:
+                neg64 = a64 @ n64.T  # (r, M)
+            else:
+                neg64 = torch.bmm(n64[crowded], a64.unsqueeze(2)).squeeze(2)  # (r, K)
+            top = _refine_rows(top, crowded, _top_values(neg64, k_tail, inplace=True))
+    tail = _anchor_tail_stats(
+        top,
+        q=o.q,
+        kappa_rho=o.kappa_rho,
+        kappa_aic=o.kappa_aic,
+        margin=o.margin,
+        eps=o.eps,
+        rho_pool=cd.gather_no_grad if call.gathered else None,  # the pivot ρ_0 over every rank's anchors
+    )
+    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    beta_t: float | None = None
+    estimate: tuple[float, float] | None = None
+    neg_only: Tensor | None = None
+    if need_global:
+        with torch.no_grad():  # the negatives alone, −inf elsewhere
+            neg_only = logits_pl.detach() * tau_det
+            neg_only[torch.arange(n, device=device), pos_index] = float("-inf")
+        gb = o.global_beta
+        estimate = global_tail_beta_pooled(
+            neg_only, tail_frac=gb.tail_frac, min_tail=gb.min_tail, eps=o.eps, gather=call.gathered
+        )
+        beta_t = _global_beta(call, estimate)
+    lam, beta, lam_beta = _lam_beta(call, tail, beta_t)
+    lam_c, lam_b = lam.unsqueeze(1), lam_beta.unsqueeze(1)  # (R, 1): stop-gradient constants
+    reduced = False
+    if not call.gathered and not _any_nonzero(lam):  # λ ≡ 0: InfoNCE; its kernel (same numbers)
+        loss, reduced = _softmax_loss(call, negatives)
+    elif isinstance(inv_t, float):
+        loss = _MixedCrossEntropy.apply(logits_pl, pos_index, 1.0 - lam_c, lam_b, tau_det, o.eps, None)
+    else:  # a learnable τ: plain autograd (the Weibit term must not depend on τ through s/τ)
+        loss = _mixed_cross_entropy_autograd(logits_pl, pos_index, lam_c, lam_b, inv_t, o.eps, None)
+
+    if o.aux_top_m > 0:
+        assert beta_t is not None and neg_only is not None
+        m = min(o.aux_top_m, k_neg)
+        top_idx = torch.topk(neg_only, k=m, dim=1).indices  # (R, M) hardest negatives
+        p_logits = torch.cat([logits_pl.gather(1, pos_index.unsqueeze(1)), logits_pl.gather(1, top_idx)], dim=1)
+        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)  # (R, 1 + M): [positive | M hardest]
+        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+        loss = loss + o.aux_weight * aux
+    return _Parts(loss, reduced, tail, beta, beta_t, estimate)
 
 
 class WEINCELoss(nn.Module):
@@ -592,6 +812,7 @@ class WEINCELoss(nn.Module):
         global_beta: GlobalBetaConfig = GlobalBetaConfig(),  # noqa: B008 (frozen dataclass, immutable)
         reduction: str = "mean",
         gather: bool = False,
+        chunk_size: int | None = None,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -613,6 +834,7 @@ class WEINCELoss(nn.Module):
         )
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.gather = check_bool("gather", gather)  # every rank's β_t state moves alike under gather
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
         self.register_buffer("beta_ema", torch.tensor(float(global_beta.init), dtype=torch.float64))
         self.last_stats: WEINCEStats | None = None
 
@@ -628,6 +850,7 @@ class WEINCELoss(nn.Module):
             reduction=self.reduction,
             return_stats=True,
             gather=self.gather,
+            chunk_size=self.chunk_size,
         )
         if self.training and stats.beta_ema is not None:
             self.beta_ema.copy_(stats.beta_ema)
@@ -637,4 +860,5 @@ class WEINCELoss(nn.Module):
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
         t = self.temperature if isinstance(self.temperature, float) else "learnable"
-        return f"temperature={t}, options={self.options}"
+        chunk = "" if self.chunk_size is None else f", chunk_size={self.chunk_size}"
+        return f"temperature={t}, options={self.options}{chunk}"

@@ -3,9 +3,10 @@
 Per row i the logits are ℓ_ij = (1 − λ_i)·s_ij/τ + λ_iβ_i·(−log(1 − s_ij)) with λ, β stop-gradient
 constants (Erol et al. 2026, arXiv 2606.00262, README formula; :mod:`contrastlab.losses.weince`).
 :class:`_WeinceSimCLR` fuses SimCLR's square 2N × 2N case from the shortfalls 1 − s;
-:class:`_MixedCrossEntropy` takes any logit matrix s/τ (explicit negatives, gathered candidates, the
-auxiliary terms' inputs); :func:`_mixed_cross_entropy_autograd` is their plain-autograd reference and
-the path for a learnable τ. None is twice differentiable.
+:class:`_MixedCrossEntropy` takes any logit matrix s/τ (explicit negatives);
+:func:`_mixed_cross_entropy_autograd` is its plain-autograd reference and the path for a learnable τ
+there. Larger batches of SimCLR's views stream (:mod:`contrastlab.losses.weince_stream`). None is twice
+differentiable.
 """
 
 from __future__ import annotations

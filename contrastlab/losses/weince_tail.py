@@ -185,51 +185,30 @@ def _tail_design(k_tail: int, eps: float) -> tuple[np.ndarray, np.ndarray, int]:
     return design, s_yy, burn
 
 
-@torch.no_grad()
-def _anchor_tail_stats(
-    top: Tensor,
-    *,
-    q: float,
-    kappa_rho: float,
-    kappa_aic: float,
-    margin: float,
-    eps: float,
-    rho_pool: Callable[[Tensor], Tensor] | None = None,
-) -> AnchorTailStats:
-    """§2.3 steps 1–4 from each anchor's k_tail largest negative cosines, in float64.
+class _TailFits(NamedTuple):
+    """Each anchor's own §2.3 fits (float64 numpy, shape ``(R,)`` each): no batch-level quantity enters."""
 
-    The statistics are about thirty operations on an (R, k_tail) matrix (512 × 51 at SimCLR's batch),
-    so they run in numpy on the host, where each costs microseconds (torch's per-op dispatch and thread
-    hand-offs made them 0.4 ms of a 3 ms loss step on the benchmark machine); a GPU's top values are
-    copied over once. The results are tensors on ``top``'s device.
+    beta_hat: np.ndarray
+    r2: np.ndarray
+    delta_aic: np.ndarray
+    rho: np.ndarray
 
-    ``rho_pool`` (optional) maps these anchors' ρ ``(R,)`` to the ρ of every anchor of the batch whose
-    q-quantile is the pivot ρ_0 (under torch.distributed: an all-gather over ranks, so that ρ_0 is the
-    global batch's); by default the pivot is taken over these R anchors.
 
-    Shape:
-        top: ``(R, k_tail)``, each row descending.
+def _tail_fits(top: Tensor, eps: float) -> _TailFits:
+    """§2.3 steps 1–3 of each anchor from its k_tail largest negative cosines (``(R, k_tail)``, rows descending).
+
+    Every output row depends on its input row only, so anchors may be fitted in any grouping (the streamed
+    kernel fits each block of anchors as soon as their tails are known) and concatenated.
     """
-    device = top.device
     t = top.detach().cpu().numpy()
     r, k_tail = t.shape
     u_first = np.subtract(1.0, t[:, 0], dtype=np.float64)  # each anchor's smallest shortfall, (R,)
     rho = np.maximum(u_first, eps)
-    rho_all = rho if rho_pool is None else rho_pool(torch.from_numpy(rho).to(device)).cpu().numpy()
-    # ρ_0: the order statistic of rank round(q (R − 1)) (0-based), as the code's sort-and-index.
-    rank = int(round(q * (rho_all.shape[0] - 1)))
-    rho0 = float(np.partition(rho_all, rank)[rank])
-    lam_rho = expit(kappa_rho * (math.log(max(rho0, eps)) - np.log(rho)))
-
-    def out(x: np.ndarray | float) -> Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(device)
-
     burn = max(1, k_tail // 20)
     n_eff = k_tail - burn
     if n_eff < 2:  # K ≤ 2: no tail to fit
         zeros = np.zeros_like(rho)
-        lam = lam_rho * (1.0 / (1.0 + math.exp(kappa_aic * margin)))
-        return AnchorTailStats(out(lam), out(zeros), out(zeros), out(zeros), out(rho), out(rho0), k_tail, max(n_eff, 0))
+        return _TailFits(zeros, zeros, zeros, rho)
 
     design, s_yy, burn = _tail_design(k_tail, eps)  # (n, 3), (2,)
     # Per-anchor OLS of y_W = log F̂ and y_G = log(−log F̂) on x = log δ (δ ascending), both at once,
@@ -252,9 +231,88 @@ def _anchor_tail_stats(
     sse[:, 1] += _WRONG_SIGN_SSE * (slope[:, 1] >= 0.0)
     aic = n_eff * np.log(sse / n_eff) + 4.0  # Gaussian-regression AIC, 2 parameters
     delta_aic = aic[:, 1] - aic[:, 0]  # AIC_G − AIC_W
-    lam = lam_rho * expit(kappa_aic * (delta_aic - margin))
-    beta_hat = np.maximum(slope[:, 0], 0.0)
-    return AnchorTailStats(out(lam), out(beta_hat), out(r2), out(delta_aic), out(rho), out(rho0), k_tail, n_eff)
+    return _TailFits(np.maximum(slope[:, 0], 0.0), r2, delta_aic, rho)
+
+
+def _concat_fits(parts: list[_TailFits]) -> _TailFits:
+    """The fits of consecutive groups of anchors, as one :class:`_TailFits`."""
+    return _TailFits(*(np.concatenate(cols) for cols in zip(*parts, strict=True)))
+
+
+@torch.no_grad()
+def _tail_gates(
+    fits: _TailFits,
+    k_tail: int,
+    device: torch.device,
+    *,
+    q: float,
+    kappa_rho: float,
+    kappa_aic: float,
+    margin: float,
+    eps: float,
+    rho_pool: Callable[[Tensor], Tensor] | None = None,
+) -> AnchorTailStats:
+    """§2.3 step 4: the pivot ρ_0 over the batch and λ_i, from every anchor's fits; tensors on ``device``.
+
+    ``rho_pool`` as in :func:`_anchor_tail_stats`.
+    """
+    rho = fits.rho
+    rho_all = rho if rho_pool is None else rho_pool(torch.from_numpy(rho).to(device)).cpu().numpy()
+    # ρ_0: the order statistic of rank round(q (R − 1)) (0-based), as the code's sort-and-index.
+    rank = int(round(q * (rho_all.shape[0] - 1)))
+    rho0 = float(np.partition(rho_all, rank)[rank])
+    lam_rho = expit(kappa_rho * (math.log(max(rho0, eps)) - np.log(rho)))
+
+    def out(x: np.ndarray | float) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64)).to(device)
+
+    n_eff = k_tail - max(1, k_tail // 20)
+    if n_eff < 2:  # K ≤ 2: no tail was fitted (ΔAIC = 0)
+        lam = lam_rho * (1.0 / (1.0 + math.exp(kappa_aic * margin)))
+    else:
+        lam = lam_rho * expit(kappa_aic * (fits.delta_aic - margin))
+    return AnchorTailStats(
+        out(lam), out(fits.beta_hat), out(fits.r2), out(fits.delta_aic), out(rho), out(rho0), k_tail, max(n_eff, 0)
+    )
+
+
+@torch.no_grad()
+def _anchor_tail_stats(
+    top: Tensor,
+    *,
+    q: float,
+    kappa_rho: float,
+    kappa_aic: float,
+    margin: float,
+    eps: float,
+    rho_pool: Callable[[Tensor], Tensor] | None = None,
+) -> AnchorTailStats:
+    """§2.3 steps 1–4 from each anchor's k_tail largest negative cosines, in float64.
+
+    The statistics are about thirty operations on an (R, k_tail) matrix (512 × 51 at SimCLR's batch),
+    so they run in numpy on the host, where each costs microseconds (torch's per-op dispatch and thread
+    hand-offs made them 0.4 ms of a 3 ms loss step on the benchmark machine); a GPU's top values are
+    copied over once. The results are tensors on ``top``'s device: :func:`_tail_fits` (each anchor's
+    own fits), then :func:`_tail_gates` (the batch's pivot and λ).
+
+    ``rho_pool`` (optional) maps these anchors' ρ ``(R,)`` to the ρ of every anchor of the batch whose
+    q-quantile is the pivot ρ_0 (under torch.distributed: an all-gather over ranks, so that ρ_0 is the
+    global batch's); by default the pivot is taken over these R anchors.
+
+    Shape:
+        top: ``(R, k_tail)``, each row descending.
+    """
+    return _tail_gates(
+        _tail_fits(top, eps),
+        top.shape[1],
+        top.device,
+        q=q,
+        kappa_rho=kappa_rho,
+        kappa_aic=kappa_aic,
+        margin=margin,
+        eps=eps,
+        rho_pool=rho_pool,
+    )
 
 
 def anchor_tail_stats(

@@ -23,7 +23,8 @@ masks (drawn from the global RNG state the cache restores) are the same in both.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from torch import Tensor, nn
 
 from contrastlab.data.text_codes import codes_to_texts
 
-__all__ = ["TEXT_ENCODERS", "TransformerTextEncoder", "load_text_model", "bundled_minilm_path"]
+__all__ = ["TEXT_ENCODERS", "TransformerTextEncoder", "load_text_model", "bundled_minilm_path", "hf_progress_bars"]
 
 
 class TransformerTextEncoder(nn.Module):
@@ -117,6 +118,30 @@ class TransformerTextEncoder(nn.Module):
         return self.embed_dim
 
 
+@contextmanager
+def hf_progress_bars(show: bool) -> Iterator[None]:
+    """Show the progress bars of transformers and the Hugging Face Hub within the block only if ``show``.
+
+    They are the ``Loading weights`` and ``Writing model shards`` bars; their previous setting is restored after.
+    """
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    if show:
+        yield
+        return
+    bar, hub_off = hf_logging.is_progress_bar_enabled(), are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
+        if not hub_off:
+            enable_progress_bars()
+
+
 def _check_folder(path: str) -> None:
     p = Path(path).expanduser()
     if not p.exists():
@@ -154,18 +179,12 @@ def load_text_model(path: str, max_seq_length: int, description: str | None = No
         from sentence_transformers.sentence_transformer.modules import Normalize
     except ImportError:  # sentence-transformers 5
         from sentence_transformers.models import Normalize  # type: ignore[no-redef]
-    from transformers.utils import logging as hf_logging
-
-    bar = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # transformers' per-tensor "Loading weights" bar
     try:
-        model = SentenceTransformer(str(Path(path).expanduser()), device="cpu", local_files_only=True)
+        with hf_progress_bars(False):  # transformers' per-tensor "Loading weights" bar
+            model = SentenceTransformer(str(Path(path).expanduser()), device="cpu", local_files_only=True)
     except (OSError, ValueError, RuntimeError, KeyError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ValueError(f"path: cannot load the model in {path} ({first})") from None
-    finally:
-        if bar:
-            hf_logging.enable_progress_bar()
     modules = list(model)
     if modules and isinstance(modules[-1], Normalize):
         modules = modules[:-1]

@@ -5,7 +5,12 @@ the layout of ``docs/contracts.md``) and/or ``metrics.jsonl`` files written by
 :func:`contrastlab.train.fit` (in the folder or one level below, e.g. ``RUN/train/metrics.jsonl``).
 Every run gets its summary, metric and result tables, its own figures and training-curve figures
 drawn from ``metrics.jsonl``. With several runs a comparison table of their shared metrics and an
-overlay of their training losses come first. The HTML embeds every PNG as base64, so it is one file.
+overlay of their training losses follow. The HTML embeds every PNG as base64, so it is one file.
+
+The report opens on a table of contents, and on what a reader most likely came for: a run that audited
+a real model (:func:`audits_a_real_model`: ``contrastlab audit`` of a text model or embeddings, or an
+experiment such as ``text-finetune`` that ran such audits) comes first, before the overview and the
+other runs.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 from contrastlab import figures
 from contrastlab.io import CorruptFileError, loads_json_verified, read_json_verified, write_text_atomic
 
-__all__ = ["write_report", "load_run", "RunData"]
+__all__ = ["write_report", "load_run", "RunData", "audits_a_real_model"]
 
 
 @dataclass
@@ -353,6 +358,30 @@ def _overview(runs: list[RunData]) -> tuple[list[str], list[list[Any]]]:
     return ["run", "runtime", "summary"], rows
 
 
+def audits_a_real_model(results: dict[str, Any]) -> bool:
+    """Whether a run's ``results.json`` is an audit of a real model, shown first in a report.
+
+    True for a ``contrastlab audit`` run (``name`` ``audit``) of a text model or an embeddings file — not of a
+    contrastlab run's synthetic held-out pairs (``pairs.kind`` ``contrastlab run``) — and for a run that lists
+    audits it ran (a non-empty ``audits`` mapping, as ``text-finetune`` writes).
+    """
+    if results.get("name") == "audit":
+        pairs = results.get("pairs")
+        return not (isinstance(pairs, dict) and pairs.get("kind") == "contrastlab run")
+    audits = results.get("audits")
+    return isinstance(audits, dict) and bool(audits)
+
+
+def _anchor(title: str, taken: set[str]) -> str:
+    """A heading's anchor as GitHub renders markdown headings (lower case, punctuation dropped, spaces → -)."""
+    base = re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-") or "section"
+    anchor, n = base, 1
+    while anchor in taken:
+        anchor, n = f"{base}-{n}", n + 1
+    taken.add(anchor)
+    return anchor
+
+
 def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -> tuple[Path, Path]:
     """Write ``report.md`` and the self-contained ``report.html`` for one or more run folders.
 
@@ -381,8 +410,21 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = "contrastlab report: " + (runs[0].name if len(runs) == 1 else f"{len(runs)} runs")
+    real = [r for r in runs if audits_a_real_model(r.results)]
+    others = [r for r in runs if not audits_a_real_model(r.results)]
     sections: list[_Section] = []
+    notes: list[str] = []  # one per section, shown in the table of contents
     figure_no = [0]
+    seen: dict[str, int] = {}
+
+    def add_run(run: RunData, note: str) -> None:
+        tag = _slug(run.name)
+        seen[tag] = seen.get(tag, 0) + 1
+        sections.append(_run_section(run, out, figure_no, tag if seen[tag] == 1 else f"{tag}{seen[tag]}"))
+        notes.append(note)
+
+    for run in real:  # what a reader most likely came for
+        add_run(run, "audit of a real model")
     if len(runs) > 1:
         cmp = _Section(title="Overview")
         cmp.table(None, *_overview(runs))
@@ -394,20 +436,30 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
             figure_no[0] += 1
             cmp.figure(_Figure(overlay, "Training loss of every run against the step."), out, figure_no[0])
         sections.append(cmp)
-    seen: dict[str, int] = {}
-    for run in runs:
-        tag = _slug(run.name)
-        seen[tag] = seen.get(tag, 0) + 1
-        sections.append(_run_section(run, out, figure_no, tag if seen[tag] == 1 else f"{tag}{seen[tag]}"))
+        notes.append("every run in one table")
+    for run in others:
+        add_run(run, "")
 
+    taken: set[str] = set()
+    anchors = [_anchor(sec.title, taken) for sec in sections]
     md = [f"# {title}\n"]
     if len(runs) > 1:
         md.append("Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs) + "\n")
-    body = []
-    for s in sections:
+    md.append("## Contents\n")
+    md.extend(
+        f"{i}. [{sec.title}](#{a})" + (f" — {note}" if note else "")
+        for i, (sec, a, note) in enumerate(zip(sections, anchors, notes, strict=True), 1)
+    )
+    md.append("")
+    toc = "".join(
+        f'<li><a href="#{a}">{html.escape(sec.title)}</a>' + (f" — {html.escape(note)}" if note else "") + "</li>"
+        for sec, a, note in zip(sections, anchors, notes, strict=True)
+    )
+    body = [f'<nav id="contents"><h2>Contents</h2><ol>{toc}</ol></nav>']
+    for s, a in zip(sections, anchors, strict=True):
         md.append(f"## {s.title}\n")
         md.extend(s.md)
-        body.append(f"<h2>{html.escape(s.title)}</h2>\n" + "\n".join(s.html))
+        body.append(f'<h2 id="{a}">{html.escape(s.title)}</h2>\n' + "\n".join(s.html))
     md_path, html_path = out / "report.md", out / "report.html"
     write_text_atomic(md_path, "\n".join(md))
     page = (

@@ -8,6 +8,7 @@ dataclasses validated field by field (:mod:`contrastlab.train.dataconf`).
 from contrastlab.data.sampler import EpochSampler, step_generator
 from contrastlab.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
 from contrastlab.train.config import OptimConfig, TrainConfig
+from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import (
     ConfigError,
     apply_overrides,
@@ -17,9 +18,11 @@ from contrastlab.train.dataconf import (
     to_dict,
 )
 from contrastlab.train.grad_cache import cached_backward
-from contrastlab.train.job import DATA_BUILDERS, DataSource, JobConfig, run_job
+from contrastlab.train.job import run_job
+from contrastlab.train.job_config import JobConfig
 from contrastlab.train.objective import EmbeddingObjective
 from contrastlab.train.schedule import LRSchedule, lr_factor
+from contrastlab.train.sources import DATA_BUILDERS
 from contrastlab.train.trainer import Stateful, TrainResult, fit, resolve_device
 
 __all__ = [

@@ -27,8 +27,11 @@ contribution to this rank's embeddings; pass 3 then replays every mini-batch, th
 model and only the last through ``DistributedDataParallel`` (one gradient all-reduce per step, as without
 caching, whatever the number of mini-batches on each rank).
 
-The encoder must embed each row independently of the others: BatchNorm in training mode (which mixes
-the rows of a mini-batch; :func:`~contrastlab.train.fit` trains in training mode) is refused by :func:`check_row_independent`.
+The encoder must embed each row independently of the others. A BatchNorm layer in training mode mixes
+the rows of a mini-batch (with its statistics, and it updates its running statistics at every forward
+pass, the replays included), so caching would give the gradient of mini-batch-normalised embeddings
+instead of the batch's: :func:`cached_backward` refuses one with the error
+:func:`~contrastlab.train.fit` gives (:func:`check_row_independent`); in eval mode it is accepted.
 """
 
 from __future__ import annotations
@@ -63,14 +66,20 @@ def check_embed_minibatch(embed_minibatch: object, rows: int | None = None) -> i
     return embed_minibatch
 
 
-def check_row_independent(model: nn.Module) -> None:
+def check_row_independent(model: nn.Module, *, training_only: bool = False) -> None:
     """Refuse models whose output for a row depends on the other rows of its mini-batch.
+
+    Args:
+        model: the encoder.
+        training_only: refuse only BatchNorm layers now in training mode (a layer in eval mode
+            normalises with its running statistics, row by row). :func:`~contrastlab.train.fit` passes
+            False: it puts the model in training mode itself.
 
     Raises:
         ValueError: naming ``embed_minibatch`` and the first BatchNorm layer found.
     """
     for name, module in model.named_modules():
-        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and (module.training or not training_only):
             raise ValueError(
                 f"embed_minibatch: layer {name or type(module).__name__!r} is a BatchNorm, which in training mode "
                 "normalises with its mini-batch's statistics, so that cached and uncached gradients would differ; "
@@ -120,8 +129,11 @@ def cached_backward(
         ``(loss, logs)``: the detached fp32 loss (unscaled) and the objective's logs.
 
     Raises:
-        TypeError, ValueError: ``embed_minibatch`` not an int in ``[1, R]``, bad objective output.
+        TypeError, ValueError: ``embed_minibatch`` not an int in ``[1, R]``, a BatchNorm layer of
+            ``model`` in training mode (the message of :func:`~contrastlab.train.fit`'s refusal), bad
+            objective output.
     """
+    check_row_independent(model, training_only=True)
     rows = objective.rows(batch)
     check_embed_minibatch(embed_minibatch, rows.shape[0])
     chunks = rows.split(embed_minibatch)

@@ -1,8 +1,7 @@
-"""The ``contrastlab train CONFIG`` job: a whole run described by one frozen, validated config.
+"""The ``contrastlab train CONFIG`` runner: build what a :class:`~contrastlab.train.job_config.JobConfig` names, train, write.
 
-A :class:`JobConfig` names a dataset, an encoder, a loss and an augmentation pipeline, each a key of its
-registry (a plain dict), plus the negatives, the training loop (:class:`~contrastlab.train.TrainConfig`)
-and the evaluation:
+The config (:mod:`contrastlab.train.job_config`) names a dataset, an encoder, a loss and an augmentation
+pipeline, each a key of its registry (a plain dict):
 
 * ``data.name`` — :data:`~contrastlab.train.sources.DATA_BUILDERS` (the synthetic ``sphere`` and
   ``concepts`` worlds, stored feature ``pairs``, every image dataset of
@@ -15,372 +14,61 @@ and the evaluation:
   (:func:`call_loss`);
 * ``views.augment`` — the augmentation pipelines :data:`contrastlab.data.augment.REGIMES` (image data).
 
-:func:`run_job` checks the combination (:func:`check_job`, one :class:`~contrastlab.train.ConfigError`
-naming the field), builds everything, trains with :func:`~contrastlab.train.fit` and writes
-``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and ``results.json`` into the output folder.
+:func:`run_job` checks the combination (:func:`build_source` and :func:`check_job`, one
+:class:`~contrastlab.train.ConfigError` naming the field), builds everything, trains with
+:func:`~contrastlab.train.fit` and writes ``config.json``, ``metrics.jsonl``, ``checkpoint.pt`` and
+``results.json`` into the output folder, and for a text encoder ``model/``, a sentence-transformers folder
+of the fine-tuned model (:mod:`contrastlab.train.export`).
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
-from contrastlab.train.config import TrainConfig
-from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
+from contrastlab.train.data_source import DataSource
+from contrastlab.train.dataconf import ConfigError, to_dict
+from contrastlab.train.job_config import (
+    JobConfig,
+    LossConfig,
+    known_names,
+    loss_registry,
+    loss_signature,
+    takes_labels,
+)
+from contrastlab.train.loss_parameters import LossParameters, attached_loss_parameters
 from contrastlab.train.objective import EmbeddingObjective
-from contrastlab.train.sources import DATA_BUILDERS, DataSource, build_sphere
+from contrastlab.train.sources import DATA_BUILDERS
 
 __all__ = [
-    "DataConfig",
-    "ConceptsConfig",
-    "TextDataConfig",
-    "ViewsConfig",
-    "EncoderConfig",
-    "LossConfig",
-    "NegativesConfig",
-    "EvalConfig",
-    "JobConfig",
-    "DataSource",
-    "DATA_BUILDERS",
-    "build_sphere",
-    "loss_registry",
+    "build_source",
     "embed_rows",
     "call_loss",
     "check_job",
     "build_encoder",
     "make_loss_fn",
+    "make_objective",
     "make_eval_fn",
     "run_job",
 ]
 
 
-def _known(kind: str, names: Any) -> str:
-    return f"known {kind}: {', '.join(sorted(names))}"
+def build_source(config: JobConfig) -> DataSource:
+    """The data source of ``config.data`` from :data:`~contrastlab.train.sources.DATA_BUILDERS`.
 
-
-@dataclass(frozen=True)
-class ConceptsConfig:
-    """The concept world (``data.name: concepts``): a tree of items with Zipfian frequencies."""
-
-    branching: int = 3
-    """children per node (>= 2)"""
-    depth: int = 3
-    """levels of items (>= 1); leaves are the specific concepts"""
-    zipf_exponent: float = 1.0
-    """s in p_i ∝ rank^{-s} (0: uniform anchor frequencies)"""
-    input_dim: int = 16
-    """dimension of the items' input features"""
-    view_noise: float = 0.3
-    """standard deviation of the Gaussian noise that makes a view"""
-    seed: int = 0
-    """seed of the world's structure (ranks, features)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.branching < 2 or self.depth < 1 or self.input_dim < 1:
-            raise ConfigError(
-                f"branching must be >= 2, depth and input_dim >= 1, got {self.branching}, {self.depth}, {self.input_dim}"
-            )
-        if self.zipf_exponent < 0 or self.view_noise < 0:
-            raise ConfigError(f"zipf_exponent and view_noise must be >= 0, got {self.zipf_exponent}, {self.view_noise}")
-
-
-@dataclass(frozen=True)
-class TextDataConfig:
-    """Text pairs (``data.name: text``): a pairs file, or the docstring code corpus."""
-
-    path: str | None = None
-    """a .tsv/.csv/.jsonl file of (anchor, positive[, negative…]) rows or a folder written by
-    datasets' save_to_disk (None: the docstring code corpus of the installed Python)"""
-    header: bool = False
-    """the first line of a .tsv/.csv file names the columns"""
-    split: str | None = None
-    """the split of a saved DatasetDict"""
-    sources: tuple[str, ...] = ("stdlib",)
-    """code corpus: where its docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        from contrastlab.data.code_corpus import CODE_SOURCES
-
-        unknown = [s for s in self.sources if s not in CODE_SOURCES]
-        if not self.sources or unknown or len(set(self.sources)) != len(self.sources):
-            raise ConfigError(f"sources must be distinct names of {', '.join(CODE_SOURCES)}, got {list(self.sources)}")
-
-
-@dataclass(frozen=True)
-class DataConfig:
-    """Where batches come from."""
-
-    name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, text, digits, cifar10,
-    cifar100, cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
-    latent_dim: int = 10
-    """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
-    mixing: str = "identity"
-    """sphere: generator g from contrastlab.worlds.mixing (identity, linear, spiral, patches, mlp)"""
-    mixing_seed: int = 0
-    """sphere: seed of the generator's random parameters"""
-    batch_size: int = 256
-    """anchors per step (images: images per step, each giving two views)"""
-    root: str | None = None
-    """image datasets: folder holding the dataset files (default $CONTRASTLAB_DATA or ./data; digits need none)"""
-    image_size: int | None = None
-    """image datasets: resize images to this side (None: keep the dataset's size)"""
-    subset: int = 0
-    """image datasets: train on the first this many training images (0: all)"""
-    concepts: ConceptsConfig = field(default_factory=ConceptsConfig)
-    """concepts: the concept world"""
-    text: TextDataConfig = field(default_factory=TextDataConfig)
-    """text: the pairs file or the code corpus"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.latent_dim < 2:
-            raise ConfigError(f"latent_dim must be >= 2, got {self.latent_dim}")
-        if self.batch_size < 2:
-            raise ConfigError(f"batch_size must be >= 2, got {self.batch_size}")
-        if self.image_size is not None and self.image_size < 1:
-            raise ConfigError(f"image_size must be >= 1 or None, got {self.image_size}")
-        if self.subset < 0:
-            raise ConfigError(f"subset must be >= 0, got {self.subset}")
-
-
-@dataclass(frozen=True)
-class ViewsConfig:
-    """How a positive is generated from its anchor."""
-
-    kappa: float = 10.0
-    """sphere: concentration κ of the positive's latent, z̃ ~ vMF(z, κ)"""
-    augment: str = "simclr_all"
-    """image datasets: the augmentation pipeline making each view, a key of contrastlab.data.augment.REGIMES
-    (simclr_all, crop_only, all_without_crop)"""
-    crop_scale: tuple[float, float] = (0.08, 1.0)
-    """image datasets: area range of the random resized crop (digits: 0.5, 1.0)"""
-    strength: float = 0.5
-    """image datasets: colour-jitter strength s (SimCLR: 0.5 on CIFAR, 1.0 on ImageNet)"""
-    flip: bool = True
-    """image datasets: horizontal flips (false for digits, whose mirror image is another symbol)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.kappa < 0:
-            raise ConfigError(f"kappa must be >= 0, got {self.kappa}")
-        from contrastlab.data.augment import REGIMES
-
-        if self.augment not in REGIMES:
-            raise ConfigError(f"augment {self.augment!r} is not registered; {_known('pipelines', REGIMES)}")
-        if not 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1:
-            raise ConfigError(f"crop_scale must satisfy 0 < min <= max <= 1, got {list(self.crop_scale)}")
-        if self.strength < 0:
-            raise ConfigError(f"strength must be >= 0, got {self.strength}")
-
-
-@dataclass(frozen=True)
-class EncoderConfig:
-    """The encoder φ (and an optional projection head)."""
-
-    name: str = "mlp"
-    """mlp (an MLP on the flattened input), an image encoder of contrastlab.models.registry.ENCODERS
-    (cnn, resnet18, vit), or a text encoder of contrastlab.models.text.TEXT_ENCODERS (minilm: the bundled
-    all-MiniLM-L6-v2; sentence_transformers: the local model folder `path`)"""
-    hidden: tuple[int, ...] = (128, 128)
-    """mlp: widths of the hidden layers"""
-    out_dim: int = 10
-    """embedding dimension D (the representation)"""
-    batch_norm: bool = False
-    """mlp: BatchNorm1d after each hidden layer"""
-    activation: Literal["relu", "leaky_relu", "gelu"] = "leaky_relu"
-    """mlp: hidden activation"""
-    width: int | None = None
-    """image encoders: the architecture's width (None: contrastlab.models.registry.DEFAULT_WIDTHS)"""
-    proj_dim: int = 0
-    """output of a 2-layer projection head on the representation, as in SimCLR (0: no head)"""
-    path: str | None = None
-    """sentence_transformers: a local model folder, sentence-transformers (modules.json: its own pooling) or
-    Hugging Face transformers (config.json: mean pooling); nothing is downloaded"""
-    max_seq_length: int = 128
-    """text encoders: tokens per text (longer texts are truncated)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.out_dim < 1 or any(h < 1 for h in self.hidden):
-            raise ConfigError(f"hidden and out_dim must be positive, got hidden={self.hidden}, out_dim={self.out_dim}")
-        from contrastlab.models.registry import ENCODERS
-        from contrastlab.models.text import TEXT_ENCODERS
-
-        if self.name != "mlp" and self.name not in ENCODERS and self.name not in TEXT_ENCODERS:
-            raise ConfigError(
-                f"name {self.name!r} is not a registered encoder; "
-                f"{_known('encoders', {'mlp', *ENCODERS, *TEXT_ENCODERS})}"
-            )
-        if (self.path is not None) != (self.name == "sentence_transformers"):
-            raise ConfigError(
-                f"path must name a local model folder for name='sentence_transformers' and be unset otherwise, "
-                f"got path={self.path!r} with name={self.name!r}"
-            )
-        if self.max_seq_length < 1:
-            raise ConfigError(f"max_seq_length must be >= 1, got {self.max_seq_length}")
-        if self.width is not None and (self.width < 1 or self.name == "mlp"):
-            raise ConfigError(
-                f"width applies to the image encoders and must be >= 1, got {self.width} with name={self.name!r} "
-                "(the mlp's widths are `hidden`)"
-            )
-        if self.proj_dim < 0:
-            raise ConfigError(f"proj_dim must be >= 0, got {self.proj_dim}")
-
-
-_SET_BY_JOB = ("temperature", "symmetric", "normalize", "gather", "negatives", "labels", "reduction", "return_stats")
-"""Loss arguments the job sets itself (from the config fields and the batch); never in ``loss.options``."""
-
-
-def loss_registry() -> Mapping[str, Callable[..., Any]]:
-    """The loss registry the job dispatches through: :data:`contrastlab.losses.LOSSES` (name → loss function).
-
-    A loss function takes the two views ``(anchor, positive)`` (or, when it has a ``labels`` parameter,
-    the stacked embeddings and their labels) and keywords; :func:`call_loss` passes those it accepts.
+    Raises:
+        contrastlab.train.ConfigError: ``data.name`` is not a registered dataset (or the builder's own
+            error, naming the field).
     """
-    from contrastlab.losses import LOSSES
-
-    return LOSSES
-
-
-def _parameters(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
-    return inspect.signature(fn).parameters
-
-
-def _takes_labels(fn: Callable[..., Any]) -> bool:
-    return "labels" in _parameters(fn)
-
-
-def _needs_negatives(fn: Callable[..., Any]) -> bool:
-    p = _parameters(fn).get("negatives")
-    return p is not None and p.default is inspect.Parameter.empty
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """The contrastive loss."""
-
-    name: str = "info_nce"
-    """a key of the loss registry (contrastlab.losses): info_nce, dcl (InfoNCE without the positive in the
-    denominator), nt_xent (SimCLR), supcon (needs labelled data), weince (extreme-value-corrected NT-Xent), …"""
-    temperature: float = 0.1
-    """softmax temperature τ"""
-    symmetric: bool = False
-    """average the anchor→positive and positive→anchor directions (losses with a `symmetric` argument)"""
-    normalize: bool = True
-    """L2-normalise embeddings before the dot product (cosine similarity)"""
-    options: dict[str, Any] = field(default_factory=dict)
-    """further keyword arguments of the loss function, e.g. {beta_mode: global} for weince"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.temperature <= 0:
-            raise ConfigError(f"temperature must be > 0, got {self.temperature}")
-        registry = loss_registry()
-        if self.name not in registry:
-            raise ConfigError(f"name {self.name!r} is not a registered loss; {_known('losses', registry)}")
-        params = _parameters(registry[self.name])
-        if not isinstance(self.options, dict):
-            raise ConfigError(f"options must be a table of keyword arguments, got {type(self.options).__name__}")
-        positional = [n for n, p in params.items() if p.default is inspect.Parameter.empty and n != "negatives"]
-        settable = [n for n, p in params.items() if n not in _SET_BY_JOB and n not in positional]
-        for key, value in self.options.items():
-            if key not in settable:
-                raise ConfigError(
-                    f"options.{key} is not an option of loss {self.name!r}; its options: {', '.join(settable) or '(none)'}"
-                )
-            if not (value is None or isinstance(value, (bool, int, float, str))):
-                raise ConfigError(f"options.{key} must be a number, string, bool or null, got {type(value).__name__}")
-        for flag, default in (("symmetric", False), ("normalize", True)):
-            if getattr(self, flag) != default and flag not in params:
-                raise ConfigError(
-                    f"{flag}={getattr(self, flag)} is not available: loss {self.name!r} has no {flag} argument"
-                )
-
-
-@dataclass(frozen=True)
-class NegativesConfig:
-    """Negatives beyond the batch (losses with a `negatives` argument, on data that draws them: sphere)."""
-
-    kind: Literal["in_batch", "shared", "per_anchor"] = "in_batch"
-    """in_batch: the other rows' positives; shared: `num` fresh samples for every anchor; per_anchor: `num` each"""
-    num: int = 64
-    """number of fresh negatives (shared or per anchor)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.kind != "in_batch" and self.num < 1:
-            raise ConfigError(f"num must be >= 1 for kind={self.kind!r}, got {self.num}")
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Evaluation on a held-out set drawn once from the data source."""
-
-    n: int = 2048
-    """number of held-out anchor/positive pairs (images: held-out test images)"""
-    seed: int = 12345
-    """seed of the held-out set (independent of the training seed)"""
-    probe_n: int = 5000
-    """labelled data: un-augmented training images the linear probe fits on (at most all of them; 0: no probe)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.n < 2:
-            raise ConfigError(f"n must be >= 2, got {self.n}")
-        if self.probe_n < 0:
-            raise ConfigError(f"probe_n must be >= 0, got {self.probe_n}")
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    """A complete training run: data, views, encoder, loss, negatives, loop, evaluation, output."""
-
-    data: DataConfig = field(default_factory=DataConfig)
-    """data source and batch size"""
-    views: ViewsConfig = field(default_factory=ViewsConfig)
-    """positive-pair generation"""
-    encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    """encoder architecture"""
-    loss: LossConfig = field(default_factory=LossConfig)
-    """loss and temperature"""
-    negatives: NegativesConfig = field(default_factory=NegativesConfig)
-    """negatives beyond the batch"""
-    train: TrainConfig = field(default_factory=TrainConfig)
-    """loop: steps, seed, device, precision, optimiser and schedule, logging, checkpoints"""
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    """held-out evaluation"""
-    out: str | None = None
-    """output folder (default runs/train-YYYYmmdd-HHMMSS; --out overrides)"""
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.data.name not in DATA_BUILDERS:
-            raise ConfigError(
-                f"data.name {self.data.name!r} is not a registered dataset; {_known('datasets', DATA_BUILDERS)}"
-            )
-        fn = loss_registry()[self.loss.name]
-        if self.negatives.kind != "in_batch" and "negatives" not in _parameters(fn):
-            raise ConfigError(
-                f"negatives.kind={self.negatives.kind!r} needs a loss that takes negatives; {self.loss.name} does not"
-            )
-        if self.negatives.kind == "in_batch" and _needs_negatives(fn):
-            raise ConfigError(
-                f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
-            )
-        if self.data.name == "sphere" and self.eval.n < 2 * (self.encoder.out_dim + 2):
-            raise ConfigError(
-                f"eval.n must be >= {2 * (self.encoder.out_dim + 2)} on sphere: the held-out latent R² fits on half "
-                f"the rows and scores the other half, each needing encoder.out_dim + 2 = {self.encoder.out_dim + 2}"
-            )
+    if config.data.name not in DATA_BUILDERS:
+        raise ConfigError(
+            f"data.name {config.data.name!r} is not a registered dataset; {known_names('datasets', DATA_BUILDERS)}"
+        )
+    return DATA_BUILDERS[config.data.name](config)
 
 
 def check_job(config: JobConfig, source: DataSource) -> None:
@@ -405,9 +93,22 @@ def check_job(config: JobConfig, source: DataSource) -> None:
         )
     if source.kind == "images" and enc.name == "mlp" and enc.width is not None:
         raise ConfigError("encoder.width does not apply to mlp; set encoder.hidden")
-    if _takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
+    if takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
         raise ConfigError(f"loss.name {config.loss.name!r} needs labels; data.name {data.name!r} gives none")
-    if config.negatives.kind != "in_batch" and not source.fresh_negatives:
+    neg = config.negatives
+    if neg.kind == "queue":
+        from contrastlab import distributed as cd
+
+        if source.train_size is not None and neg.size > source.train_size:
+            raise ConfigError(
+                f"negatives.size ({neg.size}) is larger than the data: data.name {data.name!r} has "
+                f"{source.train_size} training pairs, so the queue would hold copies of the same pairs"
+            )
+        if neg.size % cd.world_size():
+            raise ConfigError(
+                f"negatives.size must be a multiple of the number of ranks {cd.world_size()}, got {neg.size}"
+            )
+    elif config.negatives.kind != "in_batch" and not source.fresh_negatives:
         raise ConfigError(
             f"negatives.kind={config.negatives.kind!r} needs data that draws fresh negatives (sphere); "
             f"data.name {data.name!r} has in-batch negatives only"
@@ -420,7 +121,9 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
     flattened when it is an image; a text encoder is ``TEXT_ENCODERS[name](path, max_seq_length)``
     (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
-    ``ENCODERS[name](C, H, out_dim, width)``.
+    ``ENCODERS[name](C, H, out_dim, width)``. A loss with learnable parameters (``loss.learnable_temperature``,
+    ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
+    (:class:`~contrastlab.train.loss_parameters.LossParameters`), which ``forward`` does not read.
 
     Raises:
         contrastlab.train.ConfigError: a text model that cannot be loaded (missing folder, not a model,
@@ -446,7 +149,10 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     else:
         channels, height, _ = source.input_shape
         model = build_image_encoder(e.name, channels, height, e.out_dim, e.width)
-    return ContrastiveModel(model, ProjectionHead(e.out_dim, e.proj_dim)) if e.proj_dim else model
+    model = ContrastiveModel(model, ProjectionHead(e.out_dim, e.proj_dim)) if e.proj_dim else model
+    if config.loss.learnable_temperature or config.loss.learnable_bias:
+        model.loss_parameters = LossParameters(config.loss)  # trained and checkpointed with the encoder
+    return model
 
 
 def call_loss(
@@ -457,12 +163,14 @@ def call_loss(
     labels: Tensor | None = None,
     negatives: Tensor | None = None,
     gather: bool = False,
+    parameters: LossParameters | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
     The loss function gets ``(anchor, positive[, negatives])`` — or ``(cat(anchor, positive),
-    cat(labels, labels))`` when it takes ``labels`` — and, among ``temperature``, ``symmetric``,
-    ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``.
+    cat(labels, labels))`` when it takes ``labels`` — and, among ``temperature``, ``bias``,
+    ``symmetric``, ``normalize`` and ``gather``, the keywords its signature has, plus ``config.options``
+    (tables converted to the argument's dataclass). A learnable τ or bias comes from ``parameters``.
 
     Args:
         config: the loss.
@@ -471,17 +179,22 @@ def call_loss(
         labels: ``(N,)`` class labels (losses with a ``labels`` argument).
         negatives: ``(M, D)`` or ``(N, K, D)`` fresh negatives.
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
+        parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
 
     Returns:
         The scalar loss.
     """
     fn = loss_registry()[config.name]
-    params = _parameters(fn)
-    given = {"temperature": config.temperature, "symmetric": config.symmetric, "normalize": config.normalize}
+    params = loss_signature(fn)
+    temperature: Any = config.temperature if parameters is None else parameters.temperature(config.temperature)
+    bias: Any = config.bias if parameters is None else parameters.bias(config.bias)
+    given = {"temperature": temperature, "symmetric": config.symmetric, "normalize": config.normalize}
+    if bias is not None:
+        given["bias"] = bias
     kwargs = {k: v for k, v in given.items() if k in params}
     if "gather" in params:
         kwargs["gather"] = gather
-    kwargs.update(config.options)
+    kwargs.update(config.options_for_call())
     if "labels" in params:
         if labels is None:
             raise ValueError(f"labels must be given for loss {config.name!r}")
@@ -490,12 +203,13 @@ def call_loss(
     return cast(Tensor, fn(*args, **kwargs))
 
 
-def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
-    """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives``.
+def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) -> EmbeddingObjective:
+    """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives`` (batch negatives).
 
     The encoder embeds anchors, positives and any fresh negatives of the batch (``(M, *in_shape)`` or
     ``(N, K, *in_shape)``) as one stack, so BatchNorm sees them all and ``train.embed_minibatch`` can
     cache it. Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
+    ``parameters`` are the learnable loss parameters attached to the encoder (:func:`build_encoder`).
     """
 
     def inputs(batch: dict[str, Tensor]) -> Tensor:
@@ -506,9 +220,42 @@ def make_loss_fn(config: JobConfig) -> EmbeddingObjective:
     def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
         n, raw = batch["anchor"].shape[0], batch.get("negatives")
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
-        return call_loss(config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True)
+        return call_loss(
+            config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
+            parameters=parameters,
+        )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)
+
+
+def make_objective(config: JobConfig, model: nn.Module) -> tuple[EmbeddingObjective, dict[str, Any]]:
+    """The training objective of ``config`` for ``model``, and the state :func:`~contrastlab.train.fit` must checkpoint.
+
+    With ``negatives.kind: queue`` it is :func:`~contrastlab.train.queue.queue_objective` over a
+    :class:`~contrastlab.train.queue.NegativeQueue` of ``negatives.size`` rows of the loss's embedding
+    dimension, with a :class:`~contrastlab.train.queue.MomentumEncoder` of momentum ``negatives.momentum``
+    (MoCo) or, for ``momentum: null``, the trained encoder's own embeddings (cross-batch memory); both are
+    returned as extra state (``{"queue": ..., "key_encoder": ...}``), so a resumed run continues
+    bit-identically. Otherwise it is :func:`make_loss_fn` and no extra state.
+    """
+    from contrastlab.train.queue import MomentumEncoder, NegativeQueue, queue_objective
+
+    parameters = attached_loss_parameters(model)
+    neg = config.negatives
+    if neg.kind != "queue":
+        return make_loss_fn(config, parameters), {}
+    dim = config.encoder.proj_dim or config.encoder.out_dim
+    queue = NegativeQueue(neg.size, dim)
+    extra: dict[str, Any] = {"queue": queue}
+    key_encoder = None
+    if neg.momentum is not None:
+        key_encoder = MomentumEncoder(model, momentum=neg.momentum)
+        extra["key_encoder"] = key_encoder
+    temperature = config.loss.temperature if parameters is None else parameters.temperature(config.loss.temperature)
+    objective = queue_objective(
+        queue, temperature=temperature, key_encoder=key_encoder, normalize=config.loss.normalize
+    )
+    return objective, extra
 
 
 def embed_rows(model: nn.Module, x: Tensor, device: torch.device, rows: int) -> Tensor:
@@ -557,6 +304,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                     a[i : i + b],
                     p[i : i + b],
                     labels=None if labels is None else labels[i : i + b].to(device),
+                    parameters=attached_loss_parameters(model),
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
@@ -623,7 +371,7 @@ def run_job(
     from contrastlab.io import write_json_atomic
     from contrastlab.train.trainer import fit
 
-    source = DATA_BUILDERS[config.data.name](config)
+    source = build_source(config)
     check_job(config, source)
     torch.manual_seed(config.train.seed)  # the encoder's initialisation
     model = build_encoder(config, source)  # before anything is written: a model that cannot load fails cleanly
@@ -634,12 +382,17 @@ def run_job(
     if is_main:
         write_json_atomic(out / "config.json", cfg)
     eval_fn = make_eval_fn(config, source)
+    objective, extra_state = make_objective(config, model)
     result = fit(
-        model, make_loss_fn(config), source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn
-    )
+        model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
+        extra_state=extra_state,
+    )  # fmt: skip
     final = result.final_eval
     last = result.history[-1] if result.history else {}
     metrics = {"train_loss": last.get("loss"), **{f"eval_{k}": v for k, v in final.items()}}
+    learned = attached_loss_parameters(result.model)
+    if learned is not None:
+        metrics.update({f"learned_{k}": v for k, v in learned.values().items()})
     extras = "".join(
         f", {label} {final[key]:.4f}"
         for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
@@ -673,6 +426,19 @@ def run_job(
     }
     cols = results["tables"][0]["columns"]
     results["tables"][0]["rows"] = [[r.get(c) for c in cols] for r in result.history if any(k in r for k in cols[1:])]
+    from contrastlab.models.text import TEXT_ENCODERS
+
+    if write_results and is_main and config.encoder.name in TEXT_ENCODERS:  # the fine-tuned model leaves the run
+        from contrastlab.train.export import MODEL_FOLDER, save_sentence_transformers
+
+        about = {
+            "run": str(out.resolve()),
+            "step": result.steps,
+            "encoder": config.encoder.name,
+            "loss": config.loss.name,
+        }
+        save_sentence_transformers(model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about)
+        results["model_folder"] = MODEL_FOLDER
     if write_results and is_main:
         import datetime as _dt
 

@@ -17,7 +17,6 @@ Arrays are memory-mapped, so a batch reads only its rows.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,11 +24,9 @@ from torch import Tensor
 
 from contrastlab.data.sampler import EpochSampler
 from contrastlab.npyfile import NpyFormatError, load_npy
+from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.sources import DataSource
-
-if TYPE_CHECKING:
-    from contrastlab.train.job import JobConfig
+from contrastlab.train.job_config import JobConfig
 
 __all__ = ["build_pairs", "PAIRS_FILES", "MINED_FILES"]
 
@@ -117,4 +114,7 @@ def build_pairs(config: JobConfig) -> DataSource:
         return batch
 
     eval_rows = np.arange(max(n - held, 0), n)
-    return DataSource(kind="vectors", input_shape=(width,), batch_at=batch_at, eval_batch=rows_of(eval_rows))
+    return DataSource(
+        kind="vectors", input_shape=(width,), batch_at=batch_at, eval_batch=rows_of(eval_rows),
+        train_size=int(train_rows.size),
+    )  # fmt: skip

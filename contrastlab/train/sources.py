@@ -25,61 +25,23 @@ set is drawn once from ``eval.seed``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from contrastlab.data.sampler import step_generator
+from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
+from contrastlab.train.job_config import JobConfig
+from contrastlab.train.pairs import build_pairs
+from contrastlab.train.texts import build_texts
 
 if TYPE_CHECKING:
     from contrastlab.data.base import ImageDataset
-    from contrastlab.train.job import JobConfig
 
-__all__ = ["DataSource", "DATA_BUILDERS", "build_sphere", "build_concepts", "build_images"]
-
-Kind = Literal["vectors", "images", "texts"]
-
-
-@dataclass
-class DataSource:
-    """What a dataset builder returns.
-
-    Attributes:
-        kind: ``"vectors"`` (rows of ``input_shape = (in_dim,)``), ``"images"`` (``(C, H, W)``) or
-            ``"texts"`` (``(L,)`` code-point rows of :mod:`contrastlab.data.text_codes`, L varying per batch).
-        input_shape: the shape of one observation (the encoder's input); ``(0,)`` for texts (variable).
-        batch_at: ``step -> batch``, a pure function of the step. A batch is a dict with
-            ``"anchor"``, ``"positive"`` (``(N, *input_shape)``), optional ``"latent"`` (``(N, d)``, true
-            latents), ``"labels"`` (``(N,)`` int64) and ``"negatives"`` (``(M, *input_shape)`` or
-            ``(N, K, *input_shape)``).
-        eval_batch: the held-out batch (same keys; images also carry ``"clean"``, the un-augmented
-            images whose representations the linear probe reads).
-        num_classes: number of classes of ``"labels"`` (0: the dataset gives no labels).
-        fresh_negatives: whether the builder draws negatives beyond the batch (``negatives.kind``
-            ``shared``/``per_anchor``).
-        probe_train: un-augmented training rows ``{"clean": images, "labels": labels}`` for the linear
-            probe (images as the dataset stores them, ``uint8`` or float in [0, 1]), or ``None``.
-        provenance: where the data came from (file, versions, counts, checksum), recorded in
-            ``results.json``; ``None`` when the config says it all.
-    """
-
-    kind: Kind
-    input_shape: tuple[int, ...]
-    batch_at: Callable[[int], dict[str, Tensor]]
-    eval_batch: dict[str, Tensor]
-    num_classes: int = 0
-    fresh_negatives: bool = False
-    probe_train: dict[str, Tensor] | None = None
-    provenance: dict[str, Any] | None = None
-
-    @property
-    def in_dim(self) -> int:
-        """The number of input features, the product of ``input_shape``."""
-        return int(torch.Size(self.input_shape).numel())
+__all__ = ["DATA_BUILDERS", "build_sphere", "build_concepts", "build_images"]
 
 
 def build_sphere(config: JobConfig) -> DataSource:
@@ -205,6 +167,7 @@ def build_images(name: str, config: JobConfig) -> DataSource:
         eval_batch,
         num_classes=train.num_classes if has_labels else 0,
         probe_train=probe_train if probe else None,
+        train_size=len(train),
     )
 
 
@@ -214,25 +177,11 @@ def _image_builders() -> dict[str, Callable[[JobConfig], DataSource]]:
     return {name: partial(build_images, name) for name in DATASETS}
 
 
-def build_pairs(config: JobConfig) -> DataSource:
-    """Stored (anchor, positive) pairs with optional mined negatives (:mod:`contrastlab.train.pairs`)."""
-    from contrastlab.train.pairs import build_pairs as build
-
-    return build(config)
-
-
-def build_text(config: JobConfig) -> DataSource:
-    """Text pairs from a file or the docstring code corpus (:mod:`contrastlab.train.texts`)."""
-    from contrastlab.train.texts import build_texts
-
-    return build_texts(config)
-
-
 DATA_BUILDERS: dict[str, Callable[[JobConfig], DataSource]] = {
     "sphere": build_sphere,
     "concepts": build_concepts,
     "pairs": build_pairs,
-    "text": build_text,
+    "text": build_texts,
     **_image_builders(),
 }
 """Dataset name → ``build(config) -> DataSource``; ``data.name`` of a job is a key of this dict."""

@@ -29,13 +29,13 @@ from torch import Tensor
 
 from contrastlab.data.sampler import EpochSampler
 from contrastlab.data.text_codes import texts_to_codes
+from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.sources import DataSource
+from contrastlab.train.job_config import JobConfig
 
 if TYPE_CHECKING:
     from contrastlab.data.code_corpus import CodeCorpus
     from contrastlab.data.text_pairs import TextPairs
-    from contrastlab.train.job import JobConfig
 
 __all__ = ["build_texts", "NEGATIVE_LOSSES"]
 
@@ -128,4 +128,5 @@ def build_texts(config: JobConfig) -> DataSource:
         eval_batch=rows_of(held, list(range(len(held))), len(train), 0),
         num_classes=len(train) + len(held),
         provenance=provenance,
+        train_size=len(train),
     )

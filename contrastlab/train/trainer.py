@@ -328,7 +328,7 @@ def fit(
         check_row_independent(model)
     t_start = time.perf_counter()
     # Under torchrun every rank runs this loop on its share of each global batch; rank 0 alone
-    # writes metrics and checkpoints, evaluates and shows progress (see the README, "Distributed").
+    # writes metrics and checkpoints, evaluates and shows progress (see docs/distributed.md).
     distributed = cd.is_distributed()
     is_main = cd.rank() == 0
     device = cd.local_device(resolve_device(config.device))

@@ -118,7 +118,8 @@ def test_normalised_embeddings_carry_no_norm_signal(tmp_path: Path) -> None:
 
 def test_a_contrastlab_run_folder_is_audited_on_its_held_out_pairs(tmp_path: Path) -> None:
     from contrastlab.train import TrainConfig
-    from contrastlab.train.job import DataConfig, EncoderConfig, EvalConfig, JobConfig, run_job
+    from contrastlab.train.job import run_job
+    from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig
 
     job = JobConfig(
         data=DataConfig(latent_dim=3, batch_size=32, mixing="linear"),
@@ -170,6 +171,66 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_results(
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and expected in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_cli_nul_bytes_and_utf16_are_refused_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _synthetic(tmp_path)
+    (tmp_path / "nul.tsv").write_bytes(b"q\tp\nq\tp\x00\n")
+    (tmp_path / "wide.tsv").write_bytes("q\tp\nr\ts\n".encode("utf-16-le"))
+    monkeypatch.chdir(tmp_path)
+    for pairs, expected in (
+        ("nul.tsv", "pairs: nul.tsv line 2: column 2 holds a NUL byte"),
+        ("wide.tsv", "pairs: wide.tsv is in the wrong encoding: it looks like UTF-16-LE without a byte-order mark"),
+    ):
+        assert main(["audit", "emb.npy", "--pairs", pairs, "--out", "out", "--quiet"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "\n" not in err and expected in err, err
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--pairs", "P", "--max_queries", "1000", "--tau_max", "1.0", "--out", "O", "--n_boot", "300"],  # documented
+        ["--max_queries=1000", "--pairs", "P", "--tau_max", "1.0", "--out", "O"],
+        ["--pairs", "P", "--tau_max", "1.0", "M", "--max_queries", "1000", "--out", "O"],  # a positional between
+    ],
+)
+def test_cli_overrides_parse_the_same_with_or_without_the_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    """An override's value is never taken for the optional MODEL argument, wherever MODEL stands."""
+    import contrastlab.audit.run as run
+
+    seen: list[AuditConfig] = []
+
+    def fake_audit(cfg: AuditConfig, out: Path) -> dict:
+        seen.append(cfg)
+        return {"tables": [], "summary": ""}
+
+    monkeypatch.setattr(run, "audit", fake_audit)
+    assert main(["audit", *argv]) == 0
+    (cfg,) = seen
+    assert (cfg.max_queries, cfg.tau_max, cfg.pairs) == (1000, 1.0, "P")
+    assert cfg.n_boot == (300 if "--n_boot" in argv else AuditConfig().n_boot)
+    assert cfg.model == ("M" if "M" in argv else AuditConfig().model)
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--pairs", "P", "--n_boot"], "contrastlab audit: --n_boot needs a value"),
+        (["--n_boot", "--pairs", "P"], "contrastlab audit: --n_boot needs a value (got the option --pairs)"),
+        (["--pairs", "P", "--n_bot", "300"], "n_bot is not a field of AuditConfig; known fields: model, "),
+        (["--n_boot", "many"], "n_boot must be an int, got 'many'"),
+    ],
+)
+def test_cli_a_bad_override_is_named(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["audit", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and expected in err, err
 
 
 def test_cli_prints_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -80,6 +80,13 @@ def test_round_trip_through_hf_dataset() -> None:
         ("a.jsonl", '"just a string"\n', "line 1: expected a JSON list or object"),
         ("a.txt", "q\tp\n", "has suffix '.txt'"),
         ("a.tsv", "", "holds no rows"),
+        ("a.tsv", b"q\tp\nq\tp\x00x\n", "line 2: column 2 holds a NUL byte"),
+        ("a.csv", b'q,p\n"q\x00",p\n', "line 2: column 1 holds a NUL byte"),
+        ("a.jsonl", '["q", "p"]\n["q", "p\\u0000"]\n', "line 2: column 2 holds a NUL byte"),
+        ("a.tsv", "query one\tits answer\n".encode("utf-16-le"), "wrong encoding: it looks like UTF-16-LE without"),
+        ("a.csv", "query one,its answer\n".encode("utf-16-be"), "wrong encoding: it looks like UTF-16-BE without"),
+        ("a.tsv", "query one\tits answer\n".encode("utf-16"), "wrong encoding: it looks like UTF-16-LE (byte-order"),
+        ("a.jsonl", '["q", "p"]\n'.encode("utf-32-le"), "wrong encoding: it looks like UTF-32-LE without"),
     ],
 )
 def test_bad_files_name_the_file_and_line(tmp_path: Path, name: str, data: str | bytes, message: str) -> None:
@@ -103,3 +110,5 @@ def test_container_validation() -> None:
         TextPairs((("a", 1),))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="^columns must be 2 distinct names"):
         TextPairs((("a", "b"),), ("x", "x"))
+    with pytest.raises(ValueError, match=r"^rows\[0\] holds a NUL character"):
+        TextPairs((("a", "b\x00"),))

@@ -60,6 +60,24 @@ def _pair(n: int, d: int) -> Callable[[torch.Generator, torch.dtype], dict[str, 
     return make
 
 
+def _crowded(n: int, d: int) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
+    """Samples 0, 2, 4, … around 4 centres with spread 0.001 (in float32 those views crowd WEINCE's endpoint,
+    1 − s ~ 1e-5), the others ordinary: every rank holds both kinds, and an ordinary anchor's crowded
+    candidates may sit on another rank."""
+
+    def make(g: torch.Generator, dtype: torch.dtype) -> dict[str, Tensor]:
+        centres = torch.randn(4, d, generator=g, dtype=torch.float64)
+        c = centres[torch.arange(n) % 4]
+        noise = 1e-3 * torch.randn(2, n, d, generator=g, dtype=torch.float64)
+        a, p = c + noise[0], c + noise[1]
+        ordinary = torch.arange(1, n, 2)
+        a[ordinary] = torch.randn(len(ordinary), d, generator=g, dtype=torch.float64)
+        p[ordinary] = a[ordinary] + 0.7 * torch.randn(len(ordinary), d, generator=g, dtype=torch.float64)
+        return {"a": a.to(dtype), "p": p.to(dtype)}
+
+    return make
+
+
 def _with(
     extra: str, shape: tuple[int, ...], base: Callable
 ) -> Callable[[torch.Generator, torch.dtype], dict[str, Tensor]]:
@@ -158,7 +176,11 @@ def _weince_cases() -> list[Case]:
 
     N = 23 samples (46 views, K = 44 negatives per view): per-anchor tails of 16 points, a global tail
     of 101 of the 2,024 negative similarities, λ_i spread over [0, 0.97]; uneven splits for R = 2, 4.
-    The global_ema runs start from β = 3 in both runs and return the new β_t as state.
+    The global_ema runs start from β = 3 in both runs and return the new β_t as state. The single
+    process takes the fused one-block kernel where it applies; every share streams blocks of anchors
+    (the ``chunk=`` cases in blocks of 3 or 4 of a rank's views, so that the last block is ragged). In
+    the ``crowded`` case half the float32 views are within ENDPOINT_SHORTFALL of s = 1, so their shortfalls
+    (their rows and columns) are recomputed in float64, by every rank for every rank's crowded views.
     """
     n, d = 23, 8
     base = {"temperature": 0.5, "min_tail": 16, "global_beta": GlobalBetaConfig(min_tail=64)}
@@ -170,36 +192,50 @@ def _weince_cases() -> list[Case]:
         ("global_ema", 5, None),
         ("global_ema", 0, "shared"),
         ("per_anchor", 0, "per-anchor"),
-        ("one", 0, "tensor-temperature"),  # τ a tensor: the plain-autograd path of the mixed logits
+        ("one", 0, "tensor-temperature"),  # τ a tensor: its gradient from the streamed kernel
+        ("per_anchor", 0, "chunk=3"),  # blocks of 3 local anchors: ragged last blocks on every rank
+        ("global_ema", 5, "chunk=4"),
+        ("per_anchor", 0, "crowded"),  # float32: the float64 shortfalls of every rank's crowded views
     ]
     cases = []
     for beta_mode, top_m, negs in variants:
         kw = _kw(**base, beta_mode=beta_mode, aux_top_m=top_m)
+        chunk = None
         if negs == "tensor-temperature":
             kw["temperature"], negs = torch.tensor(0.4, dtype=torch.float64), None
+        elif negs is not None and negs.startswith("chunk="):
+            chunk, negs = int(negs.removeprefix("chunk=")), None
         stateful = beta_mode == "global_ema" or top_m > 0
         if stateful:
             kw |= {"beta_ema": 3.0, "return_stats": True}
         make = _pair(n, d)
+        if negs == "crowded":
+            make, negs = _crowded(n, d), None
+            name_extra = "/crowded"
+        else:
+            name_extra = ""
         if negs == "shared":
             make = _with("neg", (30, d), make)
         elif negs == "per-anchor":
             make = _with("neg", (n, 20, d), make)
 
-        def run(fn: Callable, t: dict[str, Tensor], kw: dict = kw, stateful: bool = stateful) -> Tensor | tuple:
-            out = fn(t["a"], t["p"], t.get("neg"), **kw)
+        def run(
+            fn: Callable, t: dict[str, Tensor], kw: dict = kw, stateful: bool = stateful, chunk: int | None = None
+        ) -> Tensor | tuple:
+            out = fn(t["a"], t["p"], t.get("neg"), chunk_size=chunk, **kw)
             return (out[0], out[1].beta_ema) if stateful else out
 
         name = f"weince/{negs or 'simclr'}/{beta_mode}" + (f"/aux_top_m={top_m}" if top_m else "")
         name += "/tensor-temperature" if isinstance(kw["temperature"], Tensor) else ""
+        name += (f"/chunk={chunk}" if chunk else "") + name_extra
         split = ("a", "p", "neg") if negs else ("a", "p")
         cases.append(
             Case(
                 name,
                 make,
                 split,
-                lambda t, run=run: run(weince, t),
-                lambda t, run=run: run(functools.partial(weince, gather=True), t),
+                lambda t, run=run: run(weince, t),  # one process: the automatic (fused) path
+                lambda t, run=run, chunk=chunk: run(functools.partial(weince, gather=True), t, chunk=chunk),
             )
         )
     return cases

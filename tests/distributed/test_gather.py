@@ -41,6 +41,7 @@ def test_case_registry_covers_every_loss_and_mode():
     for beta_mode in ("per_anchor", "one", "global_ema"):
         assert f"weince/simclr/{beta_mode}" in names
     assert any("aux_top_m" in n for n in names)
+    assert {"weince/simclr/per_anchor/chunk=3", "weince/simclr/per_anchor/crowded"} <= names
 
 
 @pytest.mark.parametrize("excl", [False, True])
@@ -111,4 +112,9 @@ def test_gloo_parity_with_single_process(world):
     for (name, dtype), (loss_err, grad_err) in report.items():
         tol = 1e-6 if dtype == torch.float64 else 1e-5
         assert loss_err <= tol, (name, dtype, loss_err)
-        assert grad_err <= tol, (name, dtype, grad_err)
+        # Float32 WEINCE gradients of views within ~1e-5 of s = 1 carry the rounding of float32 GEMMs times
+        # the Weibit slope 1/(1 − s): against float64 they agree to 4e-4 (test_weince.py), and the fused
+        # single process and the streamed shares round differently (measured 1.4e-4 and 9.5e-5 for R = 2, 4).
+        # Shares that skipped the float64 recomputation of the crowded shortfalls measured 0.10.
+        grad_tol = 5e-4 if name.endswith("/crowded") and dtype == torch.float32 else tol
+        assert grad_err <= grad_tol, (name, dtype, grad_err)

@@ -17,7 +17,11 @@ CONFIG = """
 data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}
 views: {kappa: 16.0}
 encoder: {hidden: [32, 32], out_dim: 4}
-loss: {name: LOSS, temperature: 0.1, symmetric: SYM}
+loss:
+  name: LOSS
+  temperature: 0.1
+  symmetric: SYM
+NEGATIVES
 train:
   steps: 25
   log_every: 5
@@ -35,10 +39,18 @@ def _run(args: list[str], cwd: Path) -> None:
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("loss,sym", [("info_nce", "true"), pytest.param("nt_xent", "false", marks=pytest.mark.slow)])
-def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym):
+@pytest.mark.parametrize(
+    "loss,sym,negatives",
+    [
+        ("info_nce", "true", ""),
+        ("info_nce", "false", "negatives: {kind: queue, size: 192, momentum: 0.9}"),  # MoCo: queue + key encoder
+        ("siglip", "false", "  learnable_temperature: true\n  learnable_bias: true"),  # loss parameters under DDP
+        pytest.param("nt_xent", "false", "", marks=pytest.mark.slow),
+    ],
+)
+def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym, negatives):
     cfg = tmp_path / "job.yaml"
-    cfg.write_text(CONFIG.replace("LOSS", loss).replace("SYM", sym))
+    cfg.write_text(CONFIG.replace("LOSS", loss).replace("SYM", sym).replace("NEGATIVES", negatives))
     _run([sys.executable, "-m", "contrastlab", "train", str(cfg), "--out", str(tmp_path / "one")], tmp_path)
     _run(
         [
@@ -65,6 +77,11 @@ def test_torchrun_two_ranks_match_one_process(tmp_path, loss, sym):
     s2 = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["model"]
     for k in s1:
         torch.testing.assert_close(s2[k], s1[k], rtol=1e-4, atol=1e-5)
+    if "queue" in negatives:  # the queue rank 0 saved (every rank's keys, in rank order) is the one process's queue
+        q1 = load_checkpoint(tmp_path / "one" / "checkpoint.pt")["extra"]["queue"]
+        q2 = load_checkpoint(tmp_path / "two" / "checkpoint.pt")["extra"]["queue"]
+        assert (q1["ptr"], q1["count"]) == (q2["ptr"], q2["count"]) == (25 * 64 % 192, 192)
+        torch.testing.assert_close(q2["buffer"], q1["buffer"], rtol=1e-4, atol=1e-5)
     # rank 0 alone wrote the results
     assert json.loads((tmp_path / "two" / "results.json").read_text())["metrics"]["train_loss"] == pytest.approx(
         one[-1]["loss"], rel=1e-5

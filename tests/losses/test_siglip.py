@@ -319,11 +319,12 @@ def test_gather_over_two_ranks_is_exact():
     torch.testing.assert_close(torch.stack([q["gb"] for q in parts]).mean(), b.grad, rtol=1e-10, atol=0)
 
 
-def test_registered_and_trainable_through_the_job_with_its_bias_option():
+def test_registered_and_trainable_through_the_job_with_its_bias_field():
     from contrastlab.losses import LOSSES
-    from contrastlab.train.job import LossConfig, call_loss
+    from contrastlab.train.job import call_loss
+    from contrastlab.train.job_config import LossConfig
 
     assert LOSSES["siglip"] is siglip
-    cfg = LossConfig(name="siglip", temperature=0.2, options={"bias": -3.0})
+    cfg = LossConfig(name="siglip", temperature=0.2, bias=-3.0)
     a, p = _pair(5, 4, seed=9)
     torch.testing.assert_close(call_loss(cfg, a, p), siglip(a, p, temperature=0.2, bias=-3.0), rtol=0, atol=0)

@@ -445,8 +445,9 @@ def test_gradients_finite_at_lambda_one_and_identical_views():
 
 @pytest.mark.parametrize("kw", [{}, {"fixed_lambda": 1.0}, {"beta_mode": "one", "margin": -50.0}])
 def test_fused_backward_equals_autograd_reference(kw):
-    """The hand-written backward (fixed τ) against plain autograd ops (the learnable-τ path), including
-    λ = 1 and views identical up to the 1 − eps clamp (row 0)."""
+    """The fused kernel's hand-written backward (fixed τ) against the streamed kernel (a tensor τ always
+    streams; test_weince_stream.py checks it against the formula with autograd), including λ = 1 and views
+    identical up to the 1 − eps clamp (row 0)."""
     za, zb = _views(20, 5, seed=21, dtype=torch.float64)
     zb[0] = za[0]
     grads = []
@@ -462,7 +463,7 @@ def test_fused_backward_equals_autograd_reference(kw):
 @pytest.mark.parametrize("kw", [{}, {"fixed_lambda": 1.0}, {"beta_mode": "one", "margin": -50.0}])
 def test_fused_kernel_paths_equal_autograd_reference(reduction, kw):
     """Gradient made in the forward (mean/sum), kept buffers (reduction="none", rows weighted unequally)
-    and the no-grad forward all equal the plain-autograd reference (learnable-τ path)."""
+    and the no-grad forward all equal the streamed kernel (a tensor τ)."""
     za, zb = _views(20, 5, seed=31, dtype=torch.float64)
     zb[0] = za[0]
     w = torch.rand(40, generator=torch.Generator().manual_seed(3), dtype=torch.float64)

@@ -124,3 +124,54 @@ def test_a_corrupted_results_json_is_refused_naming_the_file(runs, tmp_path: Pat
     with pytest.raises(CorruptFileError, match=r"results.json is corrupted"):
         write_report([run], tmp_path / "out")
     assert not (tmp_path / "out" / "report.md").exists()
+
+
+def _audit_results(folder: Path, kind: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(
+        folder / "results.json",
+        {
+            "name": "audit",
+            "summary": f"an audit on a {kind}.",
+            "metrics": {"recall@1": 0.5},
+            "model": "all-MiniLM-L6-v2",
+            "pairs": {"kind": kind},
+        },
+    )
+    return folder
+
+
+def test_the_report_opens_on_contents_and_the_audit_of_a_real_model(runs, tmp_path: Path) -> None:
+    a, b = runs
+    real = _audit_results(tmp_path / "real", "pairs file")
+    synthetic = _audit_results(tmp_path / "synthetic", "contrastlab run")
+    md, html = write_report([a, synthetic, real, b], tmp_path / "report")
+    text = md.read_text()
+    headings = re.findall(r"^## (.+)$", text, flags=re.M)
+    assert headings[0] == "Contents"
+    assert headings[1] == "audit (real)"  # the real model's audit first, before the overview and the runs given earlier
+    assert headings[2] == "Overview"
+    assert headings[3:] == ["exp-a", "audit (synthetic)", "exp-b"]  # the others in the order given
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0].strip().splitlines()
+    assert contents[0] == "1. [audit (real)](#audit-real) — audit of a real model"
+    assert [line.split("[", 1)[1].split("]", 1)[0] for line in contents] == headings[1:]
+    page = html.read_text()
+    links = re.findall(r'<li><a href="#([^"]+)">', page)
+    ids = re.findall(r'<h2 id="([^"]+)">', page)
+    assert links == ids and len(ids) == 5 and len(set(ids)) == 5  # every entry lands on its section
+    assert page.index('id="contents"') < page.index('<h2 id="audit-real">') < page.index('<h2 id="overview">')
+
+
+def test_a_single_run_has_contents_and_an_experiment_with_audits_comes_first(runs, tmp_path: Path) -> None:
+    from contrastlab.report import audits_a_real_model
+
+    a, b = runs
+    assert audits_a_real_model({"name": "text-finetune", "audits": {"pretrained": "x"}})
+    assert not audits_a_real_model({"name": "text-finetune", "audits": {}})
+    assert not audits_a_real_model({"name": "demo audit", "model": "an MLP"})
+    md, _ = write_report(a, tmp_path / "one")
+    assert re.findall(r"^## (.+)$", md.read_text(), flags=re.M) == ["Contents", "exp-a"]
+    finetune = tmp_path / "text-finetune"
+    write_json_atomic(finetune / "results.json", {"name": "text-finetune", "summary": "s", "audits": {"p": "x"}})
+    md, _ = write_report([a, b, finetune], tmp_path / "three")
+    assert re.findall(r"^## (.+)$", md.read_text(), flags=re.M)[:3] == ["Contents", "text-finetune", "Overview"]

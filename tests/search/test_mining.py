@@ -28,19 +28,21 @@ def _world(seed: int = 0):
 
 
 def _reference(corpus, anchors, pos, k, c, margin, max_p, tau):
-    """Per anchor: all M similarities (float64), its positive dropped, the top c, the filters, the first k."""
+    """Per anchor: all M similarities (float64), the top c + 1, its positive dropped, the filters, the first k."""
     sims = (anchors.double() @ corpus.double().T).numpy()  # (N, M)
     log_z = torch.logsumexp(torch.from_numpy(sims) / tau, dim=1).numpy()
     out = []
     for i in range(anchors.shape[0]):
-        order = [j for j in np.argsort(-sims[i], kind="stable") if j != int(pos[i])][:c]
+        # as sentence-transformers: the c + 1 nearest (the positive included), the positive dropped,
+        # the filters, at most c survivors
+        order = [j for j in np.argsort(-sims[i], kind="stable")[: c + 1] if j != int(pos[i])]
         s_pos = sims[i, int(pos[i])]
         keep = [
             j
             for j in order
             if (margin is None or sims[i, j] <= s_pos - margin)
             and (max_p is None or sims[i, j] / tau - log_z[i] <= np.log(max_p))
-        ]
+        ][:c]
         out.append(keep[:k] + [-1] * (k - len(keep[:k])))
     return np.array(out)
 
@@ -181,3 +183,31 @@ def test_agrees_with_sentence_transformers():
     assert set(theirs) == set(np.flatnonzero(ours.complete).tolist())
     for i, negs in theirs.items():
         assert ours.ids[i].tolist() == negs, i
+
+
+def test_negatives_from_candidates_serves_a_sharded_search():
+    """Two shards searched apart, their results merged by score: the same negatives as the whole index."""
+    from contrastlab.search.mining import negatives_from_candidates
+
+    index, corpus, anchors, pos = _world(5)
+    kw = dict(margin=0.02, relative_margin=0.01, max_score=0.95, min_score=-0.2, range_min=1)
+    whole = mine_hard_negatives(index, anchors, corpus[pos], num_negatives=4, candidates=14, exclude_ids=pos, **kw)
+    half = M // 2
+    parts = []
+    for lo, hi in ((0, half), (half, M)):
+        shard = EmbeddingIndex(D, metric="cosine", kind="flat")
+        shard.add(corpus[lo:hi])
+        res = shard.search(anchors, 15)  # candidates + P = 15 nearest of each shard
+        parts.append((res.ids + lo, res.scores))
+    ids = np.concatenate([p[0] for p in parts], axis=1)
+    scores = np.concatenate([p[1] for p in parts], axis=1)
+    order = np.argsort(-scores, axis=1, kind="stable")
+    ids, scores = np.take_along_axis(ids, order, 1)[:, :15], np.take_along_axis(scores, order, 1)[:, :15]
+    unit = torch.nn.functional.normalize
+    pos_scores = (unit(anchors, dim=1) * unit(corpus[pos], dim=1)).sum(1).numpy()
+    got_ids, got_scores, _ = negatives_from_candidates(
+        ids, scores, pos_scores, num_negatives=4, candidates=14, exclude=pos.numpy()[:, None], **kw
+    )
+    np.testing.assert_array_equal(got_ids, whole.ids)
+    assert (whole.ids == -1).any() and (whole.ids >= 0).any()  # the filters bit, and some anchors are whole
+    np.testing.assert_allclose(got_scores, whole.scores, rtol=0, atol=1e-6)

@@ -15,7 +15,8 @@ import pytest
 from contrastlab import cli
 from contrastlab.data import DATASETS
 from contrastlab.train.dataconf import from_dict, load_config_file, to_dict
-from contrastlab.train.job import DATA_BUILDERS, JobConfig
+from contrastlab.train.job_config import JobConfig
+from contrastlab.train.sources import DATA_BUILDERS
 from tests.data.writers import WRITERS
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))

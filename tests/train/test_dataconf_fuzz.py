@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 
 from contrastlab.train.dataconf import ConfigError, read_config
-from contrastlab.train.job import JobConfig
+from contrastlab.train.job_config import JobConfig
 from tests._fuzzing import FUZZ_SETTINGS, assert_contract, mutated_inputs, seeds
 
 

@@ -308,33 +308,28 @@ def test_bundled_minilm_cached_equals_the_graph_of_the_same_minibatches_with_dro
     assert torch.equal(torch.get_rng_state(), ref_rng)
 
 
-def test_training_mode_batchnorm_caches_another_loss_which_is_why_fit_refuses_it():
-    """What fit's refusal prevents: with batch statistics, caching is exact for ghost batches, not the batch.
-
-    Called directly (past fit's check), cached_backward on a training-mode BatchNorm gives the gradient of
-    the loss of mini-batch-normalised embeddings (the replay has the same rows, so the backward through the
-    mini-batch statistics is exact), which is not the step over the whole batch, and it updates the running
-    statistics once per forward pass: 2k − 1 times for k mini-batches instead of once.
-    """
-    objective, batch, mb = _objective("info_nce"), _batch(), 5  # 22 rows: k = 5 mini-batches
+def test_cached_backward_refuses_a_training_mode_batchnorm_as_fit_does():
+    """One contract: the public function and fit give the same one-line error; eval mode is row by row."""
+    objective, batch, mb = _objective("info_nce"), _batch(), 5
 
     def bn_model() -> nn.Module:
         torch.manual_seed(0)
-        return nn.Sequential(nn.Linear(IN, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, D)).double().train()
+        return nn.Sequential(nn.Linear(IN, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, D)).double()
 
-    rows = objective.inputs(batch)
-    ghost = bn_model()
-    objective.loss(torch.cat([ghost(c) for c in rows.split(mb)]), batch).backward()
-    whole = bn_model()
-    objective(whole, batch).backward()
-    cached = bn_model()
-    cached_backward(cached, objective, batch, mb)
+    model = bn_model().train()
+    with pytest.raises(ValueError) as direct:
+        cached_backward(model, objective, batch, mb)
+    assert all(p.grad is None for p in model.parameters()) and int(model[1].num_batches_tracked) == 0
+    config = TrainConfig(steps=1, progress=False, embed_minibatch=mb, optim=OptimConfig(name="sgd", lr=0.1))
+    with pytest.raises(ValueError) as through_fit:
+        fit(bn_model(), objective, lambda step: batch, config)
+    assert str(direct.value) == str(through_fit.value) and "\n" not in str(direct.value)
+    assert str(direct.value).startswith("embed_minibatch: layer '1' is a BatchNorm")
 
-    _close(_grads(cached), _grads(ghost), 1e-12)  # exact for the ghost-batch loss
-    # and far from the whole batch's step: the first layer's weight gradient differs by more than half its
-    # largest entry (9.2 times it with these seeds), not by rounding
-    gap = (_grads(cached)[0] - _grads(whole)[0]).abs().max() / _grads(whole)[0].abs().max()
-    assert gap > 0.5, float(gap)
-    # running statistics: pass 1's 5 forward passes and the 4 replays each counted once
-    assert int(cached[1].num_batches_tracked) == 2 * 5 - 1
-    assert int(whole[1].num_batches_tracked) == 1
+    # in eval mode the running statistics normalise each row alone: caching is the plain gradient
+    cached, plain = bn_model().eval(), bn_model().eval()
+    loss, _ = cached_backward(cached, objective, batch, mb)
+    ref = objective(plain, batch)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item(), rel=2**-22)  # the returned loss is fp32: one ulp
+    _close(_grads(cached), _grads(plain), 1e-12)  # float64 sums in another order

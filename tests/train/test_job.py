@@ -13,21 +13,19 @@ from contrastlab.train import (
     step_generator,
     to_dict,
 )
-from contrastlab.train.job import (
-    DATA_BUILDERS,
+from contrastlab.train.job import build_encoder, make_loss_fn, run_job
+from contrastlab.train.job_config import (
     DataConfig,
     EncoderConfig,
     EvalConfig,
     JobConfig,
     LossConfig,
     NegativesConfig,
-    _needs_negatives,
-    _takes_labels,
-    build_encoder,
     loss_registry,
-    make_loss_fn,
-    run_job,
+    needs_negatives,
+    takes_labels,
 )
+from contrastlab.train.sources import DATA_BUILDERS
 
 TINY = JobConfig(
     data=DataConfig(latent_dim=3, batch_size=16, mixing="linear"),
@@ -77,7 +75,8 @@ def test_run_job_writes_config_results_and_is_deterministic(tmp_path: Path) -> N
 
 def test_weince_job_trains_and_evaluates(tmp_path):
     from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import JobConfig, run_job
+    from contrastlab.train.job import run_job
+    from contrastlab.train.job_config import JobConfig
 
     cfg = from_dict(
         JobConfig,
@@ -97,12 +96,12 @@ def test_weince_job_trains_and_evaluates(tmp_path):
 def test_every_registered_loss_trains_through_the_job(name: str) -> None:
     # each loss gets the arguments its signature asks for: labels, required negatives, gather
     fn = loss_registry()[name]
-    needs = _needs_negatives(fn)
+    needs = needs_negatives(fn)
     negatives = NegativesConfig(kind="per_anchor", num=8) if needs else NegativesConfig()
     cfg = replace(TINY, loss=LossConfig(name=name, temperature=0.5), negatives=negatives)
     src = DATA_BUILDERS["sphere"](cfg)
     batch = src.batch_at(0)
-    if _takes_labels(fn):
+    if takes_labels(fn):
         batch["labels"] = torch.arange(16) % 4
     model = build_encoder(cfg, src)
     loss = make_loss_fn(cfg)(model, batch)

@@ -15,7 +15,9 @@ import torch
 
 from contrastlab.search import EmbeddingIndex, mine_hard_negatives
 from contrastlab.train import ConfigError, OptimConfig, TrainConfig
-from contrastlab.train.job import DATA_BUILDERS, DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, run_job
+from contrastlab.train.job import run_job
+from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig
+from contrastlab.train.sources import DATA_BUILDERS
 
 N, M, F, K = 120, 200, 6, 3
 REPO = Path(__file__).resolve().parents[2]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import signal
@@ -153,3 +154,66 @@ def test_resume_without_the_saved_extra_state_is_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="^extra_state has \\['other'\\]"):
         fit(make_model(), objective, batch_at, CONFIG, out_dir=tmp_path, resume=True,
             extra_state={"other": NegativeQueue(30, 4)})  # fmt: skip
+
+
+MOCO = REPO / "configs" / "sphere_mlp_moco.yaml"
+SHORT_MOCO = [
+    "--data.batch_size", "16", "--encoder.hidden", "16", "--negatives.size", "40", "--train.steps", "20",
+    "--train.checkpoint_every", "5", "--train.log_every", "2", "--train.eval_every", "0", "--eval.n", "64",
+    "--train.optim.warmup_steps", "2", "--loss.learnable_temperature", "true", "--quiet",
+]  # fmt: skip
+
+
+def _train(*args: str, stop_at: int | None = None) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{Path(__file__).parent}", "OMP_NUM_THREADS": "1"}
+    script = (
+        [str(Path(__file__).parent / "_queue_job.py"), str(stop_at)] if stop_at is not None else ["-m", "contrastlab"]
+    )
+    return subprocess.Popen([sys.executable, *script, "train", str(MOCO), *args, *SHORT_MOCO], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def test_queue_config_through_the_cli_survives_sigkill_bit_identically(tmp_path: Path):
+    """configs/sphere_mlp_moco.yaml (MoCo queue, momentum encoder, learnable τ): killed, resumed, equal to one run."""
+    reference = _train("--out", str(tmp_path / "ref"))
+    child = _train("--out", str(tmp_path / "run"), stop_at=13)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    assert reference.wait(timeout=600) == 0, reference.stderr.read() if reference.stderr else ""
+    killed = latest_checkpoint(tmp_path / "run")
+    assert killed["step"] == 10 and killed["extra"]["queue"]["count"] == 40  # filled: 16 + 16 + 16 keys, wrapped
+    assert not (tmp_path / "run" / "results.json").exists()
+    resumed = _train("--out", str(tmp_path / "run"), "--resume")
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read() if resumed.stderr else ""
+
+    ref, got = latest_checkpoint(tmp_path / "ref"), latest_checkpoint(tmp_path / "run")
+    assert ref["step"] == got["step"] == 20 and set(got["extra"]) == {"queue", "key_encoder"}
+    assert "loss_parameters.learned_temperature.log_scale" in got["model"]
+    for part in ("model", "optimizer"):
+        flat_ref, flat_got = _tensors(ref[part]), _tensors(got[part])
+        assert flat_ref.keys() == flat_got.keys()
+        assert all(torch.equal(flat_ref[k], flat_got[k]) for k in flat_ref), part
+    for key in ("queue", "key_encoder"):
+        flat_ref, flat_got = _tensors(ref["extra"][key]), _tensors(got["extra"][key])
+        assert all(torch.equal(flat_ref[k], flat_got[k]) for k in flat_ref), key
+    assert got["extra"]["queue"]["ptr"] == ref["extra"]["queue"]["ptr"]
+    rows = [json.loads(line) for line in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()]
+    rows_got = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in rows if "loss" in r] == [r["loss"] for r in rows_got if "loss" in r]
+    res_ref, res_got = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("ref", "run"))
+    assert res_got["resumed_from"] == 10 and res_ref["metrics"] == res_got["metrics"]
+    assert res_got["metrics"]["learned_temperature"] != 0.1  # τ moved from its initial value
+
+
+def _tensors(tree, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Every tensor of a nested state dict, by its dotted path."""
+    if isinstance(tree, torch.Tensor):
+        return {prefix: tree}
+    if isinstance(tree, dict):
+        return {k: v for key, sub in tree.items() for k, v in _tensors(sub, f"{prefix}.{key}").items()}
+    if isinstance(tree, (list, tuple)):
+        return {k: v for i, sub in enumerate(tree) for k, v in _tensors(sub, f"{prefix}[{i}]").items()}
+    return {prefix: torch.tensor(tree)} if isinstance(tree, (int, float)) else {}

@@ -8,18 +8,9 @@ import pytest
 import torch
 
 from contrastlab.train import TrainConfig
-from contrastlab.train.job import (
-    DATA_BUILDERS,
-    DataConfig,
-    EncoderConfig,
-    EvalConfig,
-    JobConfig,
-    TextDataConfig,
-    ViewsConfig,
-    build_encoder,
-    check_job,
-    make_loss_fn,
-)
+from contrastlab.train.job import build_encoder, check_job, make_loss_fn
+from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig, TextDataConfig, ViewsConfig
+from contrastlab.train.sources import DATA_BUILDERS
 from tests.data.writers import WRITERS
 
 

@@ -13,21 +13,18 @@ from contrastlab import cli
 from contrastlab.data.text_codes import codes_to_texts
 from contrastlab.train import TrainConfig
 from contrastlab.train.grad_cache import cached_backward
-from contrastlab.train.job import (
-    DATA_BUILDERS,
+from contrastlab.train.job import build_encoder, check_job, make_loss_fn, run_job
+from contrastlab.train.job_config import (
     DataConfig,
     EncoderConfig,
     EvalConfig,
     JobConfig,
     LossConfig,
     TextDataConfig,
-    build_encoder,
-    check_job,
     loss_registry,
-    make_loss_fn,
-    run_job,
 )
 from contrastlab.train.objective import embed
+from contrastlab.train.sources import DATA_BUILDERS
 from contrastlab.train.texts import NEGATIVE_LOSSES
 from tests.models.text_models import write_tiny_bert
 

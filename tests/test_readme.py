@@ -1,0 +1,114 @@
+"""The README a newcomer acts on: its first screen, its commands, its links; no count that can go stale."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from contrastlab import cli
+
+REPO = Path(__file__).resolve().parents[1]
+README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = sorted((REPO / "docs").glob("*.md"))
+FIRST_SCREEN = 30  # lines
+
+
+def _commands() -> list[list[str]]:
+    """Every ``contrastlab ...`` line of the README's bash blocks, split like a shell, comments dropped."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            if words and words[0] == "contrastlab":
+                out.append(words[1:])
+    return out
+
+
+def _anchors(md: str) -> set[str]:
+    """The anchors GitHub gives the headings of a markdown file."""
+    found = set()
+    for title in re.findall(r"^#+ (.+)$", md, flags=re.M):
+        found.add(re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-"))
+    return found
+
+
+def test_the_first_screen_says_what_it_is_gives_the_two_commands_and_a_figure() -> None:
+    screen = "\n".join(README.splitlines()[:FIRST_SCREEN])
+    assert "make demo" in screen and "make test" in screen
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", screen)
+    assert images, "no figure on the first screen"
+    for image in images:
+        assert (REPO / image).is_file() and (REPO / image).stat().st_size > 10_000, image
+    assert README.index("## Common tasks") < README.index("## Read next")
+    for task in (
+        "Audit a model",
+        "Fine-tune on your pairs",
+        "Mine hard negatives",
+        "Train from a config",
+        "Search an index",
+    ):
+        assert f"**{task}**" in README
+
+
+def test_no_count_of_tests_that_can_go_stale() -> None:
+    assert not re.search(r"\d[\d,]*\s+(tests|test cases)\b", README)
+
+
+def test_every_link_of_the_readme_and_the_docs_resolves() -> None:
+    for md in [REPO / "README.md", *DOCS]:
+        text = md.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = md if not path else (md.parent / path)
+            assert dest.exists(), f"{md.name}: {target} does not exist"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest.read_text(encoding="utf-8")), f"{md.name}: no heading for {target}"
+
+
+def test_every_command_of_the_readme_exists(capsys: pytest.CaptureFixture[str]) -> None:
+    _, subs = cli._build_parser()
+    commands = _commands()
+    assert {c[0] for c in commands} >= {"audit", "train", "mine", "report", "search"}
+    for words in commands:
+        name = words[0]
+        if name == "mine" and name not in subs:
+            continue  # checked by test_the_mine_command_exists, skipped where this build has no mine command
+        prefix = [name, words[1]] if name == "search" else [name]
+        assert _help_exit_code([*prefix, "--help"]) == 0, words
+    capsys.readouterr()
+
+
+def _help_exit_code(argv: list[str]) -> int | str | None:
+    try:
+        return cli.main(argv)
+    except SystemExit as e:  # argparse's --help exits 0; an unknown command would exit 2
+        return e.code
+
+
+def test_the_mine_command_exists() -> None:
+    _, subs = cli._build_parser()
+    if "mine" not in subs:
+        pytest.skip("this build has no `contrastlab mine` command")
+    assert _help_exit_code(["mine", "--help"]) == 0
+
+
+def test_every_train_command_of_the_readme_loads_its_config_with_its_overrides() -> None:
+    trains = [c for c in _commands() if c[0] == "train"]
+    assert trains
+    for words in trains:
+        config, rest = words[1], words[2:]
+        overrides = []
+        i = 0
+        while i < len(rest):  # --out DIR is the command's own; the rest are config fields
+            if rest[i] == "--out":
+                i += 2
+                continue
+            overrides += rest[i : i + 2]
+            i += 2
+        job = cli._load_job(str(REPO / config), overrides)
+        assert job is not None
