@@ -114,7 +114,7 @@ def check_workers(workers: int) -> None:
 
 
 def _describe_failure(error: BaseException) -> str:
-    """One line per failed rank, Ray's own errors (a lost worker) before the errors they caused on the others."""
+    """One clause per failed rank, Ray's own errors (a lost worker) before the errors they caused on the others."""
     failures: dict[int, BaseException] = getattr(error, "worker_failures", None) or {}
     if not failures:
         return " ".join(str(error).split())
