@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | mine | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -112,11 +112,44 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
         if args.resume:
             raise UsageError("train: --resume needs --out DIR (the folder of the run to continue)")
         out = default_out_dir("train")
+    if args.engine != "local" or args.workers is not None or args.max_failures is not None:
+        return _train_on_ray(args, cfg, out)
     try:
         results = run_job(cfg, out, resume=args.resume)
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved in {out} (continue with --out {out} --resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
+    print(results["summary"])
+    print(f"results: {out / 'results.json'}")
+    return EXIT_OK
+
+
+def _train_on_ray(args: argparse.Namespace, cfg: Any, out: Path) -> int:
+    """``train --engine ray``: the job on a Ray Train worker group that restarts from the last checkpoint."""
+    from contrastlab.scale.cluster import Engine, EngineError, ray_session
+    from contrastlab.scale.train import check_workers, train_on_ray
+
+    if args.engine != "ray":
+        raise UsageError("train: --workers and --max-failures need --engine ray")
+    if args.workers is None:
+        raise UsageError("train: --engine ray needs --workers N (the ranks of the Ray Train group, one CPU each)")
+    if args.workers < 1:
+        raise UsageError(f"train: --workers must be >= 1, got {args.workers}")
+    max_failures = 3 if args.max_failures is None else args.max_failures
+    if max_failures < -1:
+        raise UsageError(f"train: --max-failures must be >= -1 (-1: no limit), got {max_failures}")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError("train: --engine ray starts its own workers; run it without torchrun")
+    try:
+        engine = Engine(args.engine, args.address)
+        with ray_session(engine.address, temp_dir=out):
+            try:
+                check_workers(args.workers)
+            except ValueError as e:
+                raise UsageError(f"train: --{e}") from None
+            results = train_on_ray(cfg, out, workers=args.workers, max_failures=max_failures, resume=args.resume)
+    except EngineError as e:
+        raise UsageError(f"train: {e}") from None
     print(results["summary"])
     print(f"results: {out / 'results.json'}")
     return EXIT_OK
@@ -322,6 +355,61 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- encode
+
+
+def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit.text_model import TextModelSource
+    from contrastlab.scale.cluster import Engine
+    from contrastlab.scale.corpus import TextCorpus
+    from contrastlab.scale.encode import encode_corpus
+    from contrastlab.search.index import _progress
+    from contrastlab.search.store import StoreError
+
+    if rest:
+        raise UsageError(f"encode: unexpected arguments {' '.join(rest)}")
+    for flag, value in (
+        ("--shard-rows", args.shard_rows),
+        ("--batch-size", args.batch_size),
+        ("--actors", args.actors),
+        ("--max-seq-length", args.max_seq_length),
+    ):
+        if value < 1:
+            raise UsageError(f"encode: {flag} must be at least 1, got {value}")
+    try:
+        engine = Engine(args.engine, args.address)
+        corpus = TextCorpus.scan(args.corpus, stride=args.shard_rows)  # bad input fails before the model loads
+    except ValueError as e:
+        flag = "" if str(e).startswith(("--address", "engine")) else "--corpus "
+        raise UsageError(f"encode: {flag}{' '.join(str(e).split())}") from None
+    bar = _progress(not args.quiet, "encoding shards", -(-corpus.count // args.shard_rows))
+    try:
+        result = encode_corpus(
+            corpus,
+            TextModelSource(args.model, max_seq_length=args.max_seq_length),
+            args.out,
+            engine=engine,
+            shard_rows=args.shard_rows,
+            batch_size=args.batch_size,
+            actors=args.actors,
+            on_shard=lambda i, rec: bar.advance(1),
+        )
+    except StoreError as e:
+        raise UsageError(f"encode: --out {' '.join(str(e).split())}") from None
+    except ValueError as e:  # the model, the engine: the message names the argument
+        raise UsageError(f"encode: {' '.join(str(e).split())}") from None
+    finally:
+        bar.close()
+    store = result.store
+    print(
+        f"{store.count} documents, {len(store.shards)} shards of {store.dim}-dimensional {store.dtype} embeddings "
+        f"({len(result.written)} encoded, {len(result.skipped)} kept from an interrupted run) in "
+        f"{result.total_s:.1f} s on {result.engine}"
+    )
+    print(f"store: {store.path}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- mine
 
 
@@ -447,6 +535,16 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default: the config's `out`, else runs/train-TIMESTAMP)")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument("--workers", type=int, metavar="N", help="--engine ray: ranks of the Ray Train group (one CPU each)")
+    p.add_argument(
+        "--max-failures",
+        type=int,
+        metavar="K",
+        help="--engine ray: restarts of a failed group from the last checkpoint (default 3; -1: no limit)",
+    )
     subs["train"] = p
 
     p = sub.add_parser("eval", help="evaluate a trained run on its held-out set", description="Re-evaluate a run.")
@@ -496,6 +594,28 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     subs["audit"] = p
+
+    from contrastlab.scale.cluster import add_engine_arguments
+    from contrastlab.scale.encode import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_ROWS
+
+    p = sub.add_parser(
+        "encode",
+        help="encode a text corpus into an embedding store (one process or Ray)",
+        description="Encode every document of a corpus with a text model into an embedding store: shards of "
+        "row ids and embeddings with a checksummed manifest. Re-running an interrupted encode keeps the "
+        "finished shards. Corpus: a UTF-8 FILE with one document per line, or a DIR whose *.txt files (sorted "
+        "by name) are one document each; a document's id is its position.",
+    )
+    p.add_argument("model", help="minilm, a sentence-transformers/Hugging Face folder or cached name")
+    p.add_argument("--corpus", required=True, metavar="FILE|DIR", help="the documents (see above)")
+    p.add_argument("--out", required=True, metavar="STORE", help="the store folder (new, or an interrupted encode)")
+    add_engine_arguments(p)
+    p.add_argument("--shard-rows", type=int, default=DEFAULT_SHARD_ROWS, help="rows per shard")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="texts per forward pass")
+    p.add_argument("--actors", type=int, default=2, help="Ray actors, each loading the model once (--engine ray)")
+    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per text (longer ones are truncated)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    subs["encode"] = p
 
     from contrastlab.mine import MineConfig
 
@@ -582,6 +702,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "encode": _cmd_encode,
             "mine": _cmd_mine,
         }
         with warnings.catch_warnings():  # restores showwarning on exit

@@ -54,6 +54,7 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
     "latest_checkpoint",
+    "discard_checkpoints",
     "capture_rng",
     "restore_rng",
     "CHECKPOINT_NAME",
@@ -282,3 +283,16 @@ def latest_checkpoint(directory: str | Path, *, map_location: str | torch.device
     if errors:
         raise CheckpointError("no loadable checkpoint: " + "; ".join(errors))
     return None
+
+
+def discard_checkpoints(directory: str | Path) -> None:
+    """Remove the checkpoint files of ``directory``: the newest, the previous and a set-aside corrupt one.
+
+    A fresh run started in a used folder calls it first, so that it can never resume, or fall back, into an
+    older run's state. Temporaries of a killed save go as well.
+    """
+    directory = Path(directory)
+    for name in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
+        (directory / name).unlink(missing_ok=True)
+    for stray in _stray_temporaries(directory):
+        stray.unlink(missing_ok=True)

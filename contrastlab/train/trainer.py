@@ -28,10 +28,9 @@ from torch import Tensor, nn
 from contrastlab import distributed as cd
 from contrastlab.io import CorruptFileError, dumps_json_checked, loads_json_verified, write_text_atomic
 from contrastlab.train.checkpoint import (
-    CHECKPOINT_NAME,
-    PREVIOUS_NAME,
     CheckpointError,
     capture_rng,
+    discard_checkpoints,
     latest_checkpoint,
     restore_rng,
     save_checkpoint,
@@ -403,8 +402,7 @@ def fit(
         # a fresh run in a used folder: drop the old run's metrics and checkpoints, so that a later
         # fallback to checkpoint.prev.pt can never land in another run
         write_text_atomic(metrics_path, "")
-        for stale in (CHECKPOINT_NAME, PREVIOUS_NAME, CHECKPOINT_NAME + ".corrupt"):
-            (out / stale).unlink(missing_ok=True)
+        discard_checkpoints(out)
 
     def checkpoint(step: int) -> None:
         if out is None or not is_main:
