@@ -26,11 +26,11 @@ def model_fingerprint(encoder: TextEncoder) -> str:
     """``sha256:<hex>`` of a loaded text model: its weights, vocabulary and module configuration.
 
     Every state-dict tensor is hashed with its name, dtype and shape, in the state dict's order; the
-    configuration is the pipeline's ``repr`` (modules, pooling mode, maximum sequence length). Two loads of
+    configuration is the pipeline's ``repr`` (modules, pooling mode) and its maximum sequence length. Two loads of
     the same files give the same fingerprint; a changed weight, token or setting gives another.
     """
     h = hashlib.sha256()
-    h.update(repr(encoder.model).encode())
+    h.update(f"{encoder.model!r}\0{getattr(encoder.model, 'max_seq_length', None)}\0".encode())
     vocab = getattr(getattr(encoder.model, "tokenizer", None), "get_vocab", None)
     if callable(vocab):
         for token, index in sorted(vocab().items()):
