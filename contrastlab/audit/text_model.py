@@ -18,18 +18,26 @@ import torch
 
 from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.inputs import BUNDLED_MODEL, TextEncoder, load_model
+from contrastlab.export.runtime import OnnxTextEncoder
 
 __all__ = ["TextModelSource", "model_fingerprint"]
 
 
-def model_fingerprint(encoder: TextEncoder) -> str:
+def model_fingerprint(encoder: TextEncoder | OnnxTextEncoder) -> str:
     """``sha256:<hex>`` of a loaded text model: its weights, vocabulary and module configuration.
 
     Every state-dict tensor is hashed with its name, dtype and shape, in the state dict's order; the
     configuration is the pipeline's ``repr`` (modules, pooling mode) and its maximum sequence length. Two loads of
-    the same files give the same fingerprint; a changed weight, token or setting gives another.
+    the same files give the same fingerprint; a changed weight, token or setting gives another. An ONNX export
+    is fingerprinted by its verified file listing (every file's size and SHA-256: graph and tokenizer) and
+    its maximum sequence length.
     """
     h = hashlib.sha256()
+    if isinstance(encoder, OnnxTextEncoder):
+        h.update(f"onnx\0{encoder.max_seq_length}\0".encode())
+        for name, entry in sorted(encoder.meta["files"].items()):
+            h.update(f"{name}\0{entry['bytes']}\0{entry['sha256']}\0".encode())
+        return f"sha256:{h.hexdigest()}"
     h.update(f"{encoder.model!r}\0{getattr(encoder.model, 'max_seq_length', None)}\0".encode())
     vocab = getattr(getattr(encoder.model, "tokenizer", None), "get_vocab", None)
     if callable(vocab):
@@ -56,7 +64,7 @@ class TextModelSource:
     max_seq_length: int = 128
     device: str = "cpu"
 
-    def load(self) -> TextEncoder:
+    def load(self) -> TextEncoder | OnnxTextEncoder:
         """Load the model (raw, pre-normalisation embeddings; see :class:`~contrastlab.audit.inputs.TextEncoder`).
 
         Raises:
@@ -65,7 +73,7 @@ class TextModelSource:
         config = AuditConfig(model=self.name, max_seq_length=self.max_seq_length, device=self.device, progress=False)
         return load_model(config)
 
-    def identity(self, encoder: TextEncoder) -> dict[str, Any]:
+    def identity(self, encoder: TextEncoder | OnnxTextEncoder) -> dict[str, Any]:
         """The model's identity for a store: name, description, dim, max_seq_length, normalizes, fingerprint.
 
         A folder's name is its absolute path. The dimension is read from one encoded text.

@@ -107,3 +107,19 @@ def test_an_export_is_audited_as_the_model_it_came_from(folders: tuple[Path, Pat
         assert onnx_m[key] == torch_m[key], key
     for key in ("tau_star", "norm_cv", "log_partition"):
         assert math.isclose(onnx_m[key], torch_m[key], rel_tol=1e-4), key
+
+
+def test_an_export_has_a_store_identity_that_follows_its_files(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """An embedding store tells ONNX exports apart by their verified files: a re-exported int8 copy is another model."""
+    from contrastlab.audit.text_model import TextModelSource, model_fingerprint
+    from contrastlab.export import quantize_int8
+
+    source = TextModelSource(str(folders[1]), max_seq_length=16)
+    encoder = source.load()
+    identity = source.identity(encoder)
+    assert identity["fingerprint"] == model_fingerprint(source.load())  # two loads, one fingerprint
+    assert identity["dim"] == encoder.dim and identity["name"] == str(folders[1].resolve())
+    int8 = TextModelSource(str(quantize_int8(folders[1], tmp_path / "int8")), max_seq_length=16)
+    assert model_fingerprint(int8.load()) != identity["fingerprint"]
+    longer = TextModelSource(str(folders[1]), max_seq_length=32)
+    assert model_fingerprint(longer.load()) != identity["fingerprint"]
