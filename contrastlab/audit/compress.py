@@ -214,7 +214,7 @@ def _settings(
             sq = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
             sq.train(d)
             sq.add(d)
-            decoded = torch.from_numpy(sq.reconstruct_n(0, d.shape[0])).double()
+            decoded = torch.from_numpy(_decoded(sq, d.shape[0])).double()
             out.append(
                 _Setting(width, storage, q64, decoded, float(sq.sa_code_size()), lambda i=sq: i.search(q, k_max))
             )
@@ -272,7 +272,7 @@ def _settings(
             pq = faiss.IndexPQ(width, width // pq_dsub, bits, faiss.METRIC_INNER_PRODUCT)
             pq.train(d)
             pq.add(d)
-            decoded = torch.from_numpy(pq.reconstruct_n(0, d.shape[0])).double()
+            decoded = torch.from_numpy(_decoded(pq, d.shape[0])).double()
             note = f"{width // pq_dsub} sub-quantizers × {bits} bits"
             out.append(
                 _Setting(
@@ -457,24 +457,30 @@ def compression_audit(
     return CompressionResult(rows, float(temperature), n_q, n_docs, skipped)
 
 
+def _decoded(index: Any, n: int) -> np.ndarray:
+    """The ``n`` stored vectors of a quantizing faiss index as decoded float32, ``(n, d)``.
+
+    The output buffer is passed explicitly: with ``faiss.contrib.torch_utils`` imported (by any package in
+    the process) ``reconstruct_n`` otherwise returns a torch tensor instead of a numpy array.
+    """
+    out = np.empty((n, index.d), dtype=np.float32)
+    index.reconstruct_n(0, n, out)
+    return out
+
+
 def plot_compression(result: CompressionResult, path: str | Path, metric: str = "recall@1") -> Path:
     """Quality against bytes per vector, one curve per storage (widths along it), the full model marked.
 
-    Written atomically (:func:`contrastlab.io.atomic_path`); returns ``path``.
+    A PNG written atomically (:func:`contrastlab.figures.save_png`); returns ``path``.
 
     Raises:
         ValueError: ``metric`` is not one of the result's metrics.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from contrastlab.io import atomic_path
+    from contrastlab.figures import save_png, subplots
 
     if metric not in result.rows[0].metrics:
         raise ValueError(f"metric must be one of {', '.join(result.rows[0].metrics)}, got {metric!r}")
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = subplots(figsize=(6.4, 4.2))
     for storage in STORAGES:
         rows = sorted((r for r in result.rows if r.storage == storage), key=lambda r: r.bytes_per_vector)
         if not rows:
@@ -511,7 +517,5 @@ def plot_compression(result: CompressionResult, path: str | Path, metric: str = 
     ax.legend(fontsize=8)
     fig.tight_layout()
     out = Path(path)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, format=out.suffix.lstrip(".") or "png", dpi=120)
-    plt.close(fig)
+    save_png(fig, out, dpi=120)
     return out

@@ -222,3 +222,23 @@ def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
         compression_audit(q, docs, rel + M)
     with pytest.raises(ValueError, match=r"^documents must have D = 32"):
         compression_audit(q, docs[:, :8], rel)
+
+
+def test_quantized_vectors_decode_to_numpy_with_faiss_torch_utils_imported() -> None:
+    """``faiss.contrib.torch_utils`` (imported by any package in the process) makes reconstruct_n return tensors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import faiss, faiss.contrib.torch_utils, numpy as np\n"
+        "from contrastlab.audit.compress import _decoded\n"
+        "d = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)\n"
+        "sq = faiss.IndexScalarQuantizer(16, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)\n"
+        "sq.train(d); sq.add(d)\n"
+        "out = _decoded(sq, 300)\n"
+        "assert type(out) is np.ndarray and out.shape == (300, 16) and np.abs(out - d).max() < 0.05, out\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
