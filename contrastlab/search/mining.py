@@ -39,6 +39,7 @@ from contrastlab._checks import check_positive_float
 from contrastlab.io import atomic_path
 from contrastlab.npyfile import NpyFormatError, load_npz
 from contrastlab.search.index import EmbeddingIndex, _int_vector, _normalized, _positive_int, as_float32_matrix
+from contrastlab.search.sharded import ShardedSearch
 from contrastlab.search.softmax import log_partition
 
 __all__ = ["MinedNegatives", "mine_hard_negatives", "per_anchor_negatives"]
@@ -105,7 +106,7 @@ class _IndexBlocks:
 
 
 def mine_hard_negatives(
-    index: EmbeddingIndex,
+    index: EmbeddingIndex | ShardedSearch,
     anchors: Tensor | np.ndarray,
     positives: Tensor | np.ndarray,
     *,
@@ -127,7 +128,9 @@ def mine_hard_negatives(
         anchors, positives: ``(N, D)``; exclude_ids: ``(N,)``. Results: ``(N, num_negatives)``.
 
     Args:
-        index: the corpus (any kind; exact with ``"flat"``).
+        index: the corpus (any kind; exact with ``"flat"``), or a
+            :class:`~contrastlab.search.sharded.ShardedSearch` over shards (exact; equal candidates are
+            taken by ascending id).
         anchors: anchor embeddings, by the same encoder as the corpus.
         positives: each anchor's positive embedding (for the margin).
         num_negatives: K, negatives kept per anchor.
@@ -151,8 +154,8 @@ def mine_hard_negatives(
             the index, mismatched rows, an empty index, ``num_negatives``/``candidates`` out of
             range, a negative margin, ``max_probability`` outside (0, 1], τ ≤ 0.
     """
-    if not isinstance(index, EmbeddingIndex):
-        raise TypeError(f"index must be an EmbeddingIndex, got {type(index).__name__}")
+    if not isinstance(index, (EmbeddingIndex, ShardedSearch)):
+        raise TypeError(f"index must be an EmbeddingIndex or a ShardedSearch, got {type(index).__name__}")
     if index.ntotal == 0:
         raise ValueError("index is empty; add the corpus before mining")
     a = as_float32_matrix("anchors", anchors, dim=index.dim)
@@ -182,7 +185,7 @@ def mine_hard_negatives(
     scores = np.full((n, k), np.nan, dtype=np.float32)
     log_prob = None if max_probability is None else np.full((n, k), np.nan, dtype=np.float64)
     pos_scores = np.einsum("nd,nd->n", a, p).astype(np.float32)  # (N,)
-    corpus = _IndexBlocks(index, block_size)
+    corpus = _IndexBlocks(index, block_size) if isinstance(index, EmbeddingIndex) else None
     log_cap = None if max_probability is None else math.log(max_probability)
     for s in range(0, n, batch_size):
         e = min(s + batch_size, n)
@@ -192,7 +195,11 @@ def mine_hard_negatives(
             keep &= res.scores <= pos_scores[s:e, None] - np.float32(margin)
         lp = None
         if log_cap is not None:
-            log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
+            if corpus is None:  # a sharded corpus: the merged log-partition of its shards
+                assert isinstance(index, ShardedSearch)
+                log_z = index.log_partition(a[s:e], temperature=tau, block_size=block_size).numpy()
+            else:
+                log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
             lp = res.scores.astype(np.float64) / tau - log_z[:, None]
             keep &= lp <= log_cap
         # the first k survivors of each row, in the search's order (most similar first)
