@@ -1,0 +1,107 @@
+"""The engine switch and Ray's network and process hygiene, on the session's two-node cluster and embedded."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from contrastlab.scale.cluster import Engine, EngineError, parse_address, ray_session, ray_temp_dir
+from tests.scale._procs import listening_addresses, session_processes, wait_gone
+
+
+def test_engine_names_and_addresses():
+    assert Engine().name == "local" and not Engine().is_ray
+    assert Engine("ray", "127.0.0.1:6379").is_ray
+    with pytest.raises(EngineError, match="engine: unknown engine 'spark'"):
+        Engine("spark")
+    with pytest.raises(EngineError, match="--address .*needs --engine ray"):
+        Engine("local", "127.0.0.1:6379")
+    assert parse_address("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert parse_address("[::1]:6379") == ("::1", 6379)
+    for bad in ("10.0.0.5", "10.0.0.5:0", "10.0.0.5:70000", ":6379", "ray://10.0.0.5:10001", "host:port"):
+        with pytest.raises(EngineError, match="^--address"):
+            parse_address(bad)
+
+
+def test_ray_missing_names_the_extra(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(EngineError, match=r"contrastlab\[ray\]"), ray_session(None, temp_dir=tmp_path):
+        pass
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_address_names_the_argument(tmp_path):
+    pytest.importorskip("ray")
+    address = f"127.0.0.1:{_closed_port()}"
+    with pytest.raises(EngineError, match=f"^--address {address}: no Ray cluster answers"):
+        with ray_session(address, temp_dir=tmp_path):
+            pass
+
+
+def test_temp_dir_inside_a_short_folder_else_under_tmp(tmp_path):
+    short = Path("/tmp") / "cl-t"
+    with ray_temp_dir(short) as inside:
+        assert inside.parent == short.resolve() and inside.is_dir()
+    assert not inside.exists()
+    deep = tmp_path / ("d" * 60)
+    with ray_temp_dir(deep) as fallback:
+        assert fallback.parent == Path("/tmp") and fallback.name.startswith("contrastlab-ray-")
+    assert not fallback.exists()
+    short.rmdir()
+
+
+def test_cluster_nodes_are_on_loopback(ray_cluster):
+    import ray
+
+    nodes = [n for n in ray.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
+    print(f"cluster start-up: {ray_cluster.start_s:.1f} s")
+
+
+def test_cluster_listens_on_loopback_only(ray_cluster):
+    pids = session_processes(ray_cluster.temp_dir)
+    assert len(pids) >= 2  # a GCS and two raylets at least
+    sockets = listening_addresses([*pids, os.getpid()])
+    assert sockets, "no listening socket found: the check would pass vacuously"
+    assert {ip for ip, _, _ in sockets} == {"127.0.0.1"}, sockets
+
+
+_EMBEDDED = textwrap.dedent(
+    """
+    import os, sys
+    from contrastlab.scale.cluster import ray_session
+    from tests.scale._procs import listening_addresses, session_processes
+
+    with ray_session(None, temp_dir=sys.argv[1], num_cpus=1, object_store_memory=80 * 2**20) as ray:
+        tmp = os.environ["RAY_TMPDIR"]
+        assert ray.get(ray.remote(lambda: 7).remote()) == 7
+        ips = {n["NodeManagerAddress"] for n in ray.nodes()}
+        listen = {ip for ip, _, _ in listening_addresses([*session_processes(tmp), os.getpid()])}
+        print(tmp, sorted(ips), sorted(listen), flush=True)
+    """
+)
+
+
+def test_embedded_session_is_loopback_and_leaves_nothing(tmp_path):
+    pytest.importorskip("ray")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", _EMBEDDED, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    tmp, ips, listen = run.stdout.strip().splitlines()[-1].split(" ", 2)
+    assert ips == "['127.0.0.1']" and listen == "['127.0.0.1']", run.stdout
+    assert not Path(tmp).exists()  # the session's temp dir is removed
+    assert wait_gone(tmp) == []
