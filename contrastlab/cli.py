@@ -202,7 +202,7 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
     out = Path(args.out) if args.out else default_out_dir("audit")
     try:
-        results = audit(cfg, out)
+        results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument, file and line
         raise UsageError(f"audit: {' '.join(str(e).split())}") from None
     from rich.console import Console
@@ -364,6 +364,12 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument(
+        "--shards", type=int, default=None, help="document shards (default: 1 locally, one per Ray node with Ray)"
+    )
     subs["audit"] = p
 
     p = sub.add_parser(

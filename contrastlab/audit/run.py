@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -156,7 +157,7 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
 
 @contextmanager
 def open_corpus(
-    documents: Tensor, *, engine: str = "local", shards: int | None = None, address: str | None = None
+    documents: Tensor, *, shards: int | None = None, ray: ModuleType | None = None
 ) -> Iterator[ShardedSearch]:
     """Index stage, the engine's seam: the documents as a cosine :class:`ShardedSearch` whose ids are positions.
 
@@ -165,30 +166,42 @@ def open_corpus(
 
     Args:
         documents: ``(M, D)`` document embeddings.
-        engine: ``"local"`` (shards in this process) or ``"ray"`` (one actor per shard).
-        shards: number of shards (default: 1 for ``local``, the number of Ray nodes for ``ray``).
-        address: the Ray cluster to connect to (``engine="ray"``; default: a local one started for the audit).
+        shards: number of shards (default: 1 in this process, one per alive node on Ray).
+        ray: a connected ``ray`` module (:func:`contrastlab.scale.cluster.ray_session`): one actor per shard;
+            ``None``: the shards are held in this process.
 
     Yields:
-        The corpus; Ray actors are released when the block ends.
+        The corpus; Ray actors are ended when the block ends.
     """
-    check_choice("engine", engine, ENGINES)
-    if address is not None and engine != "ray":
-        raise ValueError("address: a Ray address needs engine='ray'")
     if shards is not None:
         check_int("shards", shards, 1)
     docs64 = documents.detach().cpu().double().numpy()
-    if engine == "local":
+    if ray is None:
         corpus = ShardedSearch.local(_split_rows(docs64, shards or 1), metric="cosine")
-        try:
-            yield corpus
-        finally:
-            corpus.close()
-        return
-    from contrastlab.scale.sharded_search import ray_corpus
+    else:
+        from contrastlab.scale.sharded_search import ray_sharded_search
 
-    with ray_corpus(lambda n: _split_rows(docs64, shards or n), metric="cosine", address=address) as corpus:
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        corpus = ray_sharded_search(_split_rows(docs64, shards or max(1, nodes)), metric="cosine", ray=ray)
+    try:
         yield corpus
+    finally:
+        corpus.close()
+
+
+@contextmanager
+def _engine_session(engine: str, address: str | None, temp_dir: Path) -> Iterator[ModuleType | None]:
+    """``None`` for the local engine; for Ray, a session (connected, or embedded and stopped after)."""
+    if engine == "local":
+        if address is not None:
+            raise ValueError(f"--address {address}: an address needs --engine ray")
+        yield None
+        return
+    from contrastlab.scale.cluster import ray_session
+
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    with ray_session(address, temp_dir=temp_dir) as ray:
+        yield ray
 
 
 def _split_rows(docs: np.ndarray, shards: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -214,7 +227,9 @@ def audit(
         engine: where the document corpus is searched (:func:`open_corpus`): ``"local"`` or ``"ray"``;
             the results are the same (exact merges; float64 sums in another grouping differ by rounding).
         shards: number of document shards (default 1 locally, one per Ray node).
-        address: Ray cluster address for ``engine="ray"``.
+        address: ``HOST:PORT`` of a running Ray cluster for ``engine="ray"`` (default: the current
+            connection, or an embedded Ray started for the audit, its temp files beside ``out_dir``, and
+            stopped after it).
 
     Returns:
         The dictionary written to ``results.json`` (plus ``out_dir``).
@@ -230,20 +245,25 @@ def audit(
     t0 = time.perf_counter()
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
+    if shards is not None:
+        check_int("shards", shards, 1)
     stages: dict[str, float] = {}
 
-    inputs = load_inputs(cfg, rng)
-    stages["inputs_s"] = time.perf_counter() - t0
-    t = time.perf_counter()
-    emb = embed(inputs, cfg)
-    stages["store_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    with open_corpus(emb.documents, engine=engine, shards=shards, address=address) as corpus:
-        stages["index_s"] = time.perf_counter() - t
-        num_shards = corpus.num_shards
+    with _engine_session(engine, address, out.parent) as ray:  # an unreachable address fails first
+        stages["engine_s"] = time.perf_counter() - t0
         t = time.perf_counter()
-        found = _diagnose(inputs, emb, corpus, cfg, rng, gen)
-        stages["diagnostics_s"] = time.perf_counter() - t
+        inputs = load_inputs(cfg, rng)
+        stages["inputs_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        emb = embed(inputs, cfg)
+        stages["store_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        with open_corpus(emb.documents, shards=shards, ray=ray) as corpus:
+            stages["index_s"] = time.perf_counter() - t
+            num_shards = corpus.num_shards
+            t = time.perf_counter()
+            found = _diagnose(inputs, emb, corpus, cfg, rng, gen)
+            stages["diagnostics_s"] = time.perf_counter() - t
     timing = {
         "encode_s": emb.encode_s,
         "texts": emb.queries.shape[0] + emb.documents.shape[0],

@@ -14,9 +14,8 @@ shard (bad input, a corrupted shard) are raised again here as they were raised t
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,7 +26,7 @@ from torch import Tensor
 from contrastlab._checks import check_positive_float
 from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher
 
-__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "ray_corpus", "open_store_search"]
+__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search"]
 
 Shards = Sequence[tuple[Tensor | np.ndarray, Tensor | np.ndarray]]
 
@@ -201,36 +200,6 @@ def open_store_search(
     if engine != "local":
         raise ValueError(f"engine must be one of local, ray, got {engine!r}")
     return ShardedSearch.local((store.read_shard(i) for i in range(len(store.shards))), metric=metric)
-
-
-@contextlib.contextmanager
-def ray_corpus(
-    make_shards: Callable[[int], Shards],
-    *,
-    temp_dir: str | os.PathLike[str],
-    metric: str = "cosine",
-    address: str | None = None,
-) -> Iterator[ShardedSearch]:
-    """Connect to Ray (or start an embedded Ray), hold the shards in actors, and release everything after.
-
-    Args:
-        make_shards: given the number of nodes in the cluster, the ``(ids, embeddings)`` shards.
-        metric: ``"cosine"`` or ``"ip"``.
-        temp_dir: the run's folder: an embedded Ray keeps its temp files in a fresh folder inside it.
-        address: ``HOST:PORT`` of a running cluster; ``None`` uses the current connection or starts one.
-
-    Yields:
-        The corpus.
-    """
-    from contrastlab.scale.cluster import ray_session
-
-    with ray_session(address, temp_dir=temp_dir) as ray:
-        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        corpus = ray_sharded_search(make_shards(max(1, nodes)), metric=metric, ray=ray)
-        try:
-            yield corpus
-        finally:
-            corpus.close()
 
 
 def _numpy(x: Tensor | np.ndarray) -> np.ndarray:

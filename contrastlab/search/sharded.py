@@ -436,7 +436,7 @@ class ShardedSearch:
             raise ValueError(f"ids: id {bad} is held by {int(held[held != 1][0])} shards (exactly one expected)")
         picked = torch.zeros(it2.shape, dtype=torch.float64)
         for logits, h, _ in parts:
-            picked += torch.where(torch.from_numpy(h), logits, torch.zeros((), dtype=torch.float64))
+            picked += torch.where(torch.from_numpy(np.array(h)), logits, torch.zeros((), dtype=torch.float64))
         out = picked - merge_log_partitions([z for _, _, z in parts])[:, None]
         return out[:, 0] if squeeze else out
 
