@@ -25,7 +25,7 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-__all__ = ["NpyFormatError", "load_npy", "load_npz", "read_npy_header", "MAX_DEFLATE_RATIO"]
+__all__ = ["NpyFormatError", "load_npy", "load_npy_bytes", "load_npz", "read_npy_header", "MAX_DEFLATE_RATIO"]
 
 MAX_DEFLATE_RATIO = 1032
 """Largest expansion of deflate (RFC 1951): 258 bytes from a 2-bit code, so about 1032 bytes per input byte."""
@@ -143,6 +143,28 @@ def load_npy(path: str | Path, *, mmap: bool = False) -> np.ndarray:
     if flat.size != math.prod(shape):
         raise NpyFormatError(f"{p} is truncated: expected {math.prod(shape)} items, read {flat.size}")
     return flat.reshape(shape, order=order)
+
+
+def load_npy_bytes(data: bytes, where: str) -> np.ndarray:
+    """The array of an ``.npy`` file already read into memory: a read-only view of ``data``, never unpickled.
+
+    For callers that verify a file's checksum on the bytes they read and then parse those same bytes.
+
+    Raises:
+        NpyFormatError: a bad header, an object dtype, or a data size other than ``prod(shape) * itemsize``;
+            the message names ``where``.
+    """
+    stream = io.BytesIO(data)
+    shape, fortran, dtype = _header(stream, where)
+    offset = stream.tell()
+    want = _nbytes(shape, dtype)
+    if want != len(data) - offset:
+        raise NpyFormatError(
+            f"{where} is corrupted: its header declares shape {shape} of {dtype} ({want} bytes) "
+            f"but the file holds {len(data) - offset} data bytes"
+        )
+    order: Literal["C", "F"] = "F" if fortran else "C"
+    return np.frombuffer(data, dtype=dtype, count=math.prod(shape), offset=offset).reshape(shape, order=order)
 
 
 def _member(zf: zipfile.ZipFile, key: str, where: str) -> np.ndarray:

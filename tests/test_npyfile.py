@@ -9,7 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contrastlab.npyfile import MAX_DEFLATE_RATIO, NpyFormatError, load_npy, load_npz, read_npy_header
+from contrastlab.npyfile import (
+    MAX_DEFLATE_RATIO,
+    NpyFormatError,
+    load_npy,
+    load_npy_bytes,
+    load_npz,
+    read_npy_header,
+)
 from fuzz.targets import memory_cap
 
 CAP = 1 << 30
@@ -24,6 +31,20 @@ def test_round_trip(tmp_path: Path, dtype: type, order: str, mmap: bool) -> None
     b = load_npy(tmp_path / "a.npy", mmap=mmap)
     assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a, b)
     assert b.flags.f_contiguous == (order == "F")
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 5), (), (2, 3)])
+def test_bytes_round_trip_and_size_check(shape: tuple[int, ...]) -> None:
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    buf = io.BytesIO()
+    np.save(buf, a)
+    data = buf.getvalue()
+    b = load_npy_bytes(data, "a.npy")
+    assert b.shape == shape and np.array_equal(a, b) and not b.flags.writeable
+    with pytest.raises(NpyFormatError, match="a.npy is corrupted: its header declares"):
+        load_npy_bytes(data + b"\0", "a.npy")
+    with pytest.raises(NpyFormatError, match="a.npy is not a valid .npy file"):
+        load_npy_bytes(b"\x93NUMP", "a.npy")
 
 
 @pytest.mark.parametrize("shape", [(0,), (0, 5), ()])
