@@ -365,15 +365,9 @@ def _report(
     t_report = time.perf_counter()
     pairs, ev, docs = inputs.pairs, inputs.eval_pairs, inputs.documents
     ret, geo, tau, curve, ce_ci, search = found.ret, found.geo, found.tau, found.curve, found.ce_ci, found.search
-    risk, tails, n_tail_pairs, norms, q_texts, nd = (
-        found.risk,
-        found.tails,
-        found.n_tail_pairs,
-        found.norms,
-        found.q_texts,
-        found.nd,
-    )
-    fit_on, model_desc, d_raw, encode_s = found.fit_on, emb.model, emb.documents, emb.encode_s
+    risk, tails, n_tail_pairs, nd = found.risk, found.tails, found.n_tail_pairs, found.nd
+    norms, q_texts, fit_on = found.norms, found.q_texts, found.fit_on
+    model_desc, d_raw, encode_s = emb.model, emb.documents, emb.encode_s
     n_texts = timing["texts"]
 
     m = ret.metrics

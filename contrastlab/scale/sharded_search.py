@@ -3,8 +3,9 @@
 The merge maths lives in :mod:`contrastlab.search.sharded` and is the same for every engine; this module
 only decides where the shards live. :class:`RayShards` is a shard group whose ``call`` sends one method
 call to every actor and gathers the results in shard order; array arguments (the queries) are put in the
-object store once per call, not once per shard. Actors are spread over the cluster's nodes and reserve
-``num_cpus`` each (default 0: a shard is memory, and the search's faiss and torch threads run when asked).
+object store once per call, not once per shard. Actors are dealt round-robin over the cluster's alive
+nodes (shard ``i`` on node ``i mod nodes``, a soft affinity: another node if that one cannot take it) and
+reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch threads run when asked).
 
 :func:`ray_sharded_search` builds a corpus from in-memory ``(ids, embeddings)`` shards (put in the object
 store once, then held by the actors); :func:`ray_store_search` has every actor read its own shard of an
@@ -14,8 +15,9 @@ shard (bad input, a corrupted shard) are raised again here as they were raised t
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -24,9 +26,11 @@ import numpy as np
 from torch import Tensor
 
 from contrastlab._checks import check_positive_float
+from contrastlab.scale.cluster import Engine
+from contrastlab.search.index import SearchResult
 from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher
 
-__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search"]
+__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search", "query_store"]
 
 Shards = Sequence[tuple[Tensor | np.ndarray, Tensor | np.ndarray]]
 
@@ -97,8 +101,17 @@ class RayShards:
 
 
 def _actors(ray: ModuleType, n: int, num_cpus: float) -> list[Any]:
+    """``n`` shard actors dealt round-robin over the alive nodes (Ray's ``SPREAD`` is only best-effort)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(node["NodeID"] for node in ray.nodes() if node.get("Alive"))
     host = ray.remote(_ShardHost)
-    return [host.options(num_cpus=num_cpus, scheduling_strategy="SPREAD").remote() for _ in range(n)]
+    return [
+        host.options(
+            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
+        ).remote()
+        for i in range(n)
+    ]
 
 
 def ray_sharded_search(
@@ -151,11 +164,7 @@ def ray_store_search(
 
     ray = ray or _ray()
     check_positive_float("num_cpus", num_cpus, allow_zero=True)
-    store = EmbeddingStore.open(path)
-    n = len(store.shards)
-    if n == 0:
-        raise ValueError(f"path {path}: the store has no shard")
-    actors = _actors(ray, n, num_cpus)
+    actors = _actors(ray, len(EmbeddingStore.open(path).shards), num_cpus)
     group = RayShards(ray, actors)
     try:
         _gather(ray, [a.load_store_shard.remote(str(Path(path).resolve()), i, metric) for i, a in enumerate(actors)])
@@ -168,38 +177,76 @@ def ray_store_search(
 def open_store_search(
     path: str | os.PathLike[str],
     *,
-    engine: str = "local",
-    metric: str = "cosine",
-    model: str | None = None,
-    dim: int | None = None,
     ray: ModuleType | None = None,
+    metric: str = "cosine",
+    model: Mapping[str, Any] | None = None,
+    dim: int | None = None,
 ) -> ShardedSearch:
     """A :class:`ShardedSearch` over an embedding store, in this process or on Ray, checked against expectations.
 
     Args:
         path: the store's folder.
-        engine: ``"local"`` (shards read and held in this process) or ``"ray"`` (one actor per shard).
+        ray: a connected ``ray`` module: one actor per shard, each reading its own shard; ``None``: the
+            shards are read and held in this process.
         metric: ``"cosine"`` or ``"ip"``.
-        model: the model the store must have been written by (its manifest's ``model``), if given.
-        dim: the dimension its embeddings must have, if given.
-        ray: the ``ray`` module for ``engine="ray"``.
+        model: the model identity the store must have been written by (every key given must match).
+        dim: the dimension its embeddings must have.
 
     Raises:
-        ValueError: naming the store's manifest, for another model or dimension; naming a shard's file for
-            a missing, truncated or altered shard.
+        ValueError: naming the store's manifest, for another model or dimension or a malformed manifest;
+            naming a shard's file for a missing, truncated or altered shard.
     """
     from contrastlab.search.store import EmbeddingStore
 
-    store = EmbeddingStore.open(path)
-    if model is not None and store.model != model:
-        raise ValueError(f"path {path}: the store was written by model {store.model!r}, not {model!r}")
-    if dim is not None and store.dim != dim:
-        raise ValueError(f"path {path}: the store holds D = {store.dim} embeddings, not D = {dim}")
-    if engine == "ray":
+    store = EmbeddingStore.open(path, model=model, dim=dim)
+    if ray is not None:
         return ray_store_search(path, metric=metric, ray=ray)
-    if engine != "local":
-        raise ValueError(f"engine must be one of local, ray, got {engine!r}")
     return ShardedSearch.local((store.read_shard(i) for i in range(len(store.shards))), metric=metric)
+
+
+def query_store(
+    path: str | os.PathLike[str],
+    queries: np.ndarray,
+    k: int,
+    *,
+    engine: Engine,
+    temp_dir: str | os.PathLike[str],
+    metric: str = "cosine",
+    temperature: float | None = None,
+    exclude_self: bool = False,
+    model: str | None = None,
+) -> tuple[SearchResult, np.ndarray | None]:
+    """Exact top-``k`` (and optionally the log-partition) of queries over a store, on the chosen engine.
+
+    Args:
+        path: the store's folder.
+        queries: ``(Q, D)`` query embeddings.
+        k: results per query.
+        engine: ``local`` or ``ray`` (embedded, or at its address).
+        temp_dir: the run's folder, for an embedded Ray's temp files.
+        metric: ``"cosine"`` or ``"ip"``.
+        temperature: also return ``log Z(q)`` ``(Q,)`` float64 of the softmax search at this τ.
+        exclude_self: the queries are the store's rows ``0 … Q − 1``: leave each one's own id out.
+        model: the name of the model the store must have been written by.
+
+    Returns:
+        ``(result, log_partition or None)``.
+
+    Raises:
+        ValueError: naming the file — a store of another model or of another dimension than the queries,
+            a missing, truncated or altered shard; naming ``--address`` for an unreachable cluster.
+    """
+    from contrastlab.scale.cluster import ray_session
+
+    with contextlib.ExitStack() as stack:
+        ray = stack.enter_context(ray_session(engine.address, temp_dir=temp_dir)) if engine.is_ray else None
+        expect = None if model is None else {"name": model}
+        corpus = open_store_search(path, ray=ray, metric=metric, model=expect, dim=int(queries.shape[1]))
+        stack.callback(corpus.close)
+        excl = np.arange(queries.shape[0]) if exclude_self else None
+        res = corpus.search(queries, k, exclude_ids=excl)
+        log_z = None if temperature is None else corpus.log_partition(queries, temperature=temperature).numpy()
+        return res, log_z
 
 
 def _numpy(x: Tensor | np.ndarray) -> np.ndarray:

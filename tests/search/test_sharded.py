@@ -10,6 +10,8 @@ from contrastlab.search import EmbeddingIndex, entropy, log_partition, log_prob
 from contrastlab.search.mining import mine_hard_negatives
 from contrastlab.search.sharded import ShardedSearch, exact_topk, merge_log_partitions
 from contrastlab.search.softmax import SoftmaxSearch
+from tests.search.test_mining import _world as mining_world
+from tests.search.test_mining import sentence_transformers_negatives
 
 
 def _split(ids: np.ndarray, emb: np.ndarray, sizes: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -132,21 +134,9 @@ def test_cosine_shards_search_the_unit_vectors() -> None:
     )
 
 
-def _mining_world(seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    n, m, d = 40, 300, 8
-    centres = torch.randn(6, d, generator=g)
-    corpus = torch.nn.functional.normalize(centres[torch.arange(m) % 6] + 0.6 * torch.randn(m, d, generator=g), dim=1)
-    pos = torch.randperm(m, generator=g)[:n]
-    anchors = torch.nn.functional.normalize(corpus[pos] + 0.15 * torch.randn(n, d, generator=g), dim=1)
-    return corpus, anchors, pos
-
-
 @pytest.mark.parametrize("margin, max_p", [(None, None), (0.02, None), (None, 0.02), (0.02, 0.05)])
 def test_sharded_mining_equals_the_one_process_miner(margin: float | None, max_p: float | None) -> None:
-    corpus, anchors, pos = _mining_world()
-    index = EmbeddingIndex(8, metric="cosine")
-    index.add(corpus)
+    index, corpus, anchors, pos = mining_world()
     ids = np.arange(300, dtype=np.int64)
     sharded = ShardedSearch.local(_split(ids, corpus.numpy(), [90, 10, 200]), metric="cosine")
     kw = dict(num_negatives=5, candidates=12, exclude_ids=pos, margin=margin, max_probability=max_p, temperature=0.1)
@@ -164,49 +154,20 @@ def test_sharded_mining_agrees_with_sentence_transformers() -> None:
     """The transitivity made explicit: sharded miner = one-process miner = sentence-transformers' miner.
 
     The one-process miner is compared with sentence-transformers' ``mine_hard_negatives`` in
-    ``tests/search/test_mining.py`` on this same world; here the sharded miner is compared with both.
+    ``tests/search/test_mining.py`` (on its world 4); here the sharded miner is compared with both there.
     """
-    pytest.importorskip("datasets")
-    st = pytest.importorskip("sentence_transformers")
-    from datasets import Dataset
-    from sentence_transformers.util import mine_hard_negatives as st_mine
-
-    corpus, anchors, pos = _mining_world(4)
-    n, m, d = anchors.shape[0], corpus.shape[0], corpus.shape[1]
-    table = torch.cat([corpus, anchors])
-    names = {f"c{j}": j for j in range(m)} | {f"a{i}": m + i for i in range(n)}
-
-    class Lookup(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.dummy = torch.nn.Parameter(torch.zeros(1))
-
-        def tokenize(self, texts: list[str], **kwargs: object) -> dict[str, torch.Tensor]:
-            return {"row": torch.tensor([names[t] for t in texts])}
-
-        def forward(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            features["sentence_embedding"] = table[features["row"]] + 0 * self.dummy
-            return features
-
-        def get_sentence_embedding_dimension(self) -> int:
-            return d
-
-    model = st.SentenceTransformer(modules=[Lookup()], device="cpu")
-    data = Dataset.from_dict({"anchor": [f"a{i}" for i in range(n)], "positive": [f"c{int(j)}" for j in pos]})
+    _, corpus, anchors, pos = mining_world(4)
     k, range_max, margin = 4, 10, 0.03
-    out = st_mine(
-        data, model, corpus=[f"c{j}" for j in range(m)], num_negatives=k, range_max=range_max,
-        absolute_margin=margin, sampling_strategy="top", output_format="n-tuple", verbose=False,
-    )  # fmt: skip
-    theirs = {int(r["anchor"][1:]): [int(r[f"negative_{j + 1}"][1:]) for j in range(k)] for r in out}
-    index = EmbeddingIndex(d, metric="cosine")
+    theirs = sentence_transformers_negatives(corpus, anchors, pos, k=k, range_max=range_max, margin=margin)
+    index = EmbeddingIndex(corpus.shape[1], metric="cosine")
     index.add(corpus)
-    sharded = ShardedSearch.local(_split(np.arange(m), corpus.numpy(), [150, 150]), metric="cosine")
+    m = corpus.shape[0]
+    sharded = ShardedSearch.local(_split(np.arange(m), corpus.numpy(), [m // 2, m - m // 2]), metric="cosine")
     kw = dict(num_negatives=k, candidates=range_max, exclude_ids=pos, margin=margin)
     one = mine_hard_negatives(index, anchors, corpus[pos], **kw)
     many = mine_hard_negatives(sharded, anchors, corpus[pos], **kw)
     np.testing.assert_array_equal(many.ids, one.ids)
-    assert 0 < len(theirs) < n
+    assert 0 < len(theirs) < anchors.shape[0]
     assert set(theirs) == set(np.flatnonzero(many.complete).tolist())
     for i, negs in theirs.items():
         assert many.ids[i].tolist() == negs, i
