@@ -82,10 +82,11 @@ def _local_nodes(nodes: int, tmp: str, cpus: int, store_bytes: int) -> Iterator[
     ray = import_ray(loopback=True)
     from ray.cluster_utils import Cluster
 
-    os.environ["RAY_TMPDIR"] = tmp
+    os.environ["RAY_TMPDIR"] = tmp  # Ray's address file goes under it; the nodes' own files under tmp/ray
     node = {"node_ip_address": LOOPBACK, "num_cpus": cpus, "object_store_memory": store_bytes}
-    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False, "temp_dir": tmp})
+    cluster = Cluster(initialize_head=False)
     try:
+        cluster.add_node(**node, include_dashboard=False, temp_dir=str(Path(tmp) / "ray"))
         for _ in range(nodes - 1):
             cluster.add_node(**node)
         cluster.wait_for_nodes()
