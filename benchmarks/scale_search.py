@@ -77,24 +77,24 @@ def _corpus(rows: int, dim: int, queries: int, seed: int) -> tuple[np.ndarray, n
 @contextlib.contextmanager
 def _local_nodes(nodes: int, tmp: str, cpus: int, store_bytes: int) -> Iterator[Any]:
     """``nodes`` Ray nodes on this machine (Ray's own ``cluster_utils.Cluster``), loopback only, no dashboard."""
-    from contrastlab.scale.cluster import LOOPBACK, import_ray
+    from contrastlab.scale.cluster import LOOPBACK, import_ray, ray_environment
 
     ray = import_ray(loopback=True)
     from ray.cluster_utils import Cluster
 
-    os.environ["RAY_TMPDIR"] = tmp  # Ray's address file goes under it; the nodes' own files under tmp/ray
     node = {"node_ip_address": LOOPBACK, "num_cpus": cpus, "object_store_memory": store_bytes}
-    cluster = Cluster(initialize_head=False)
-    try:
-        cluster.add_node(**node, include_dashboard=False, temp_dir=str(Path(tmp) / "ray"))
-        for _ in range(nodes - 1):
-            cluster.add_node(**node)
-        cluster.wait_for_nodes()
-        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
-        yield ray
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    with ray_environment(Path(tmp)):  # Ray's address file and an auth token in tmp, the nodes' files in tmp/ray
+        cluster = Cluster(initialize_head=False)
+        try:
+            cluster.add_node(**node, include_dashboard=False, temp_dir=str(Path(tmp) / "ray"))
+            for _ in range(nodes - 1):
+                cluster.add_node(**node)
+            cluster.wait_for_nodes()
+            ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+            yield ray
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
 
 
 def _ray_context(args: argparse.Namespace, tmp: str) -> Any:

@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | run | report | audit | query | data | search``.
+"""The ``contrastlab`` command: ``train | eval | run | report | audit | encode | query | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -217,6 +217,61 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- encode
+
+
+def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit.text_model import TextModelSource
+    from contrastlab.scale.cluster import Engine
+    from contrastlab.scale.corpus import TextCorpus
+    from contrastlab.scale.encode import encode_corpus
+    from contrastlab.search.index import _progress
+    from contrastlab.search.store import StoreError
+
+    if rest:
+        raise UsageError(f"encode: unexpected arguments {' '.join(rest)}")
+    for flag, value in (
+        ("--shard-rows", args.shard_rows),
+        ("--batch-size", args.batch_size),
+        ("--actors", args.actors),
+        ("--max-seq-length", args.max_seq_length),
+    ):
+        if value < 1:
+            raise UsageError(f"encode: {flag} must be at least 1, got {value}")
+    try:
+        engine = Engine(args.engine, args.address)
+        corpus = TextCorpus.scan(args.corpus, stride=args.shard_rows)  # bad input fails before the model loads
+    except ValueError as e:
+        flag = "" if str(e).startswith(("--address", "engine")) else "--corpus "
+        raise UsageError(f"encode: {flag}{' '.join(str(e).split())}") from None
+    bar = _progress(not args.quiet, "encoding shards", -(-corpus.count // args.shard_rows))
+    try:
+        result = encode_corpus(
+            corpus,
+            TextModelSource(args.model, max_seq_length=args.max_seq_length),
+            args.out,
+            engine=engine,
+            shard_rows=args.shard_rows,
+            batch_size=args.batch_size,
+            actors=args.actors,
+            on_shard=lambda i, rec: bar.advance(1),
+        )
+    except StoreError as e:
+        raise UsageError(f"encode: --out {' '.join(str(e).split())}") from None
+    except ValueError as e:  # the model, the engine: the message names the argument
+        raise UsageError(f"encode: {' '.join(str(e).split())}") from None
+    finally:
+        bar.close()
+    store = result.store
+    print(
+        f"{store.count} documents, {len(store.shards)} shards of {store.dim}-dimensional {store.dtype} embeddings "
+        f"({len(result.written)} encoded, {len(result.skipped)} kept from an interrupted run) in "
+        f"{result.total_s:.1f} s on {result.engine}"
+    )
+    print(f"store: {store.path}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------- data
 
 DATA_FILES: dict[str, dict[str, Any]] = {}
@@ -419,6 +474,28 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     )
     subs["audit"] = p
 
+    from contrastlab.scale.cluster import add_engine_arguments
+    from contrastlab.scale.encode import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_ROWS
+
+    p = sub.add_parser(
+        "encode",
+        help="encode a text corpus into an embedding store (one process or Ray)",
+        description="Encode every document of a corpus with a text model into an embedding store: shards of "
+        "row ids and embeddings with a checksummed manifest. Re-running an interrupted encode keeps the "
+        "finished shards. Corpus: a UTF-8 FILE with one document per line, or a DIR whose *.txt files (sorted "
+        "by name) are one document each; a document's id is its position.",
+    )
+    p.add_argument("model", help="minilm, a sentence-transformers/Hugging Face folder or cached name")
+    p.add_argument("--corpus", required=True, metavar="FILE|DIR", help="the documents (see above)")
+    p.add_argument("--out", required=True, metavar="STORE", help="the store folder (new, or an interrupted encode)")
+    add_engine_arguments(p)
+    p.add_argument("--shard-rows", type=int, default=DEFAULT_SHARD_ROWS, help="rows per shard")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="texts per forward pass")
+    p.add_argument("--actors", type=int, default=2, help="Ray actors, each loading the model once (--engine ray)")
+    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per text (longer ones are truncated)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    subs["encode"] = p
+
     p = sub.add_parser(
         "data", help="where dataset files go and which are present", description="List datasets and their files."
     )
@@ -478,6 +555,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "encode": _cmd_encode,
             "query": _cmd_query,
         }
         with warnings.catch_warnings():  # restores showwarning on exit

@@ -12,8 +12,10 @@ Hygiene of the embedded Ray (and of any Ray connected through a loopback address
   the machine's external one, which it otherwise substitutes even for a ``127.0.0.1:PORT`` address);
 - usage reporting is off (``RAY_USAGE_STATS_ENABLED=0``, set before Ray is imported) and there is no
   dashboard;
-- Ray's temp dir (sessions, sockets, logs, the ``ray_current_cluster`` file via ``RAY_TMPDIR``) is a fresh
-  folder inside the caller's folder, or, when that path is too long for a unix socket (107 bytes on Linux,
+- token authentication is on, with a fresh random token in a file inside the session's temp dir
+  (``RAY_AUTH_MODE=token``, ``RAY_AUTH_TOKEN_PATH``), not in ``~/.ray``;
+- Ray's temp dir (sessions, sockets, logs, the token, the ``ray_current_cluster`` file via ``RAY_TMPDIR``) is
+  a fresh folder inside the caller's folder, or, when that path is too long for a unix socket (107 bytes on Linux,
   and Ray appends about 66 characters of session and socket names), a fresh ``/tmp/contrastlab-ray-*``
   folder; the embedded Ray is shut down and the folder removed on exit (a folder inside the caller's
   folder is kept after an exception, for Ray's logs).
@@ -28,6 +30,7 @@ import argparse
 import contextlib
 import logging
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -45,6 +48,7 @@ __all__ = [
     "add_engine_arguments",
     "import_ray",
     "parse_address",
+    "ray_environment",
     "ray_session",
     "ray_temp_dir",
 ]
@@ -185,6 +189,39 @@ def _environ(**values: str) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def ray_environment(temp_dir: Path) -> Iterator[None]:
+    """Point the Ray processes this process starts at ``temp_dir``: temp files and a fresh auth token there.
+
+    Sets ``RAY_TMPDIR`` (which also marks every process started meanwhile, as they inherit it),
+    ``RAY_AUTH_MODE=token`` and ``RAY_AUTH_TOKEN_PATH`` (a new random token in ``temp_dir/auth_token``, mode
+    0600) for the duration of the block, and restores the previous values afterwards.
+    """
+    token = temp_dir / "auth_token"
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    try:
+        with _environ(RAY_TMPDIR=str(temp_dir), RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token)):
+            _reload_auth_settings()
+            yield
+    finally:
+        _reload_auth_settings()
+
+
+def _reload_auth_settings() -> None:
+    """Make this process's Ray read the authentication mode and token from the environment again.
+
+    Ray reads ``RAY_AUTH_MODE`` into its configuration and caches the first token it loads; Ray's own
+    ``ray.init`` reloads both the same way when it turns token authentication on.
+    """
+    with contextlib.suppress(ImportError, AttributeError):
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+
+
 def _probe(address: str) -> None:
     host, port = parse_address(address)
     try:
@@ -231,6 +268,8 @@ def ray_session(
     """
     host = parse_address(address)[0] if address is not None else LOOPBACK
     ray = import_ray(loopback=_is_loopback(host))
+    if address is not None:
+        _probe(address)
     if ray.is_initialized():
         current = _current_gcs_address(ray)
         if address is not None and current is not None and current != address:
@@ -238,7 +277,6 @@ def ray_session(
         yield ray
         return
     if address is not None:
-        _probe(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, TimeoutError, ValueError) as e:
@@ -249,7 +287,7 @@ def ray_session(
         finally:
             ray.shutdown()
         return
-    with ray_temp_dir(temp_dir) as tmp, _environ(RAY_TMPDIR=str(tmp)):
+    with ray_temp_dir(temp_dir) as tmp, ray_environment(tmp):
         ray.init(
             num_cpus=num_cpus,
             object_store_memory=object_store_memory,

@@ -170,8 +170,15 @@ def _plan(
 
 
 def _differences(have: Mapping[str, Any], want: Mapping[str, Any]) -> str:
-    keys = [k for k in ("count", "dim", "dtype", "shard_rows", "model", "meta") if have.get(k) != want.get(k)]
-    return ", ".join(f"{k} {have.get(k)!r} instead of {want.get(k)!r}" for k in keys)
+    """``key value instead of wanted, ...`` for the plan entries that differ (one level into dicts)."""
+    out = []
+    for k in ("count", "dim", "dtype", "shard_rows", "model", "meta"):
+        a, b = have.get(k), want.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{k}.{s} {a.get(s)!r} instead of {b.get(s)!r}" for s in {**a, **b} if a.get(s) != b.get(s)]
+        elif a != b:
+            out.append(f"{k} {a!r} instead of {b!r}")
+    return ", ".join(out)
 
 
 class EmbeddingStore:

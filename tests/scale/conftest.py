@@ -24,7 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from contrastlab.scale.cluster import EngineError, import_ray
 from tests.scale._procs import wait_gone
+
+# Ray reads these when it is first imported, whichever test imports it first (see contrastlab.scale.cluster)
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 NODE_CPUS = 2
 NODE_OBJECT_STORE = 100 * 1024 * 1024
@@ -48,15 +53,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    pytest.importorskip("ray")
-    from contrastlab.scale.cluster import LOOPBACK, import_ray, ray_temp_dir
+    from contrastlab.scale.cluster import LOOPBACK, ray_environment, ray_temp_dir
 
-    ray = import_ray(loopback=True)
+    try:
+        ray = import_ray(loopback=True)
+    except EngineError:
+        pytest.skip("Ray is not installed (pip install 'contrastlab[ray]')")
     from ray.cluster_utils import Cluster
 
-    with ray_temp_dir(tmp_path_factory.getbasetemp()) as tmp:
-        old = os.environ.get("RAY_TMPDIR")
-        os.environ["RAY_TMPDIR"] = str(tmp)  # Ray's address file goes here; child processes inherit the marker
+    # Ray's address file and auth token go to the temp dir, whose path the processes inherit as their marker
+    with ray_temp_dir(tmp_path_factory.getbasetemp()) as tmp, ray_environment(tmp):
         node = {"node_ip_address": LOOPBACK, "num_cpus": NODE_CPUS, "object_store_memory": NODE_OBJECT_STORE}
         t0 = time.perf_counter()
         cluster = Cluster(
@@ -74,8 +80,4 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
             for pid in left:  # ours by the marker in their environment; ended so they outlive no test run
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-            if old is None:
-                os.environ.pop("RAY_TMPDIR", None)
-            else:
-                os.environ["RAY_TMPDIR"] = old
             assert not left, f"Ray processes left running after the cluster's teardown: {left}"

@@ -86,6 +86,8 @@ _EMBEDDED = textwrap.dedent(
 
     with ray_session(None, temp_dir=sys.argv[1], num_cpus=1, object_store_memory=80 * 2**20) as ray:
         tmp = os.environ["RAY_TMPDIR"]
+        assert os.environ["RAY_AUTH_TOKEN_PATH"] == tmp + "/auth_token"
+        assert os.environ["RAY_AUTH_MODE"] == "token"
         assert ray.get(ray.remote(lambda: 7).remote()) == 7
         ips = {n["NodeManagerAddress"] for n in ray.nodes()}
         listen = {ip for ip, _, _ in listening_addresses([*session_processes(tmp), os.getpid()])}

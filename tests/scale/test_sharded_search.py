@@ -17,16 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from contrastlab.scale.cluster import EngineError, import_ray
 from contrastlab.search import EmbeddingIndex, entropy, log_partition, log_prob
 from contrastlab.search.mining import mine_hard_negatives
 from contrastlab.search.sharded import ShardedSearch, exact_topk
 from contrastlab.search.softmax import SoftmaxSearch
-
-try:  # Ray reads its loopback switch when first imported: import it the hygienic way before anything else does
-    import_ray(loopback=True)
-except EngineError:
-    pass  # without Ray the cluster fixture skips these tests
 
 
 def _split(ids: np.ndarray, emb: np.ndarray, sizes: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -189,12 +190,12 @@ def test_resume_of_another_plan_refused(tmp_path: Path):
     w = StoreWriter(path, count=23, dim=5, shard_rows=10, model=MODEL, meta={"corpus": "a"})
     w.write_shard(0, np.arange(10), _emb()[:10])
     for kwargs, what in (
-        ({"meta": {"corpus": "b"}}, "meta"),
-        ({"model": {"name": "other"}}, "model"),
-        ({"shard_rows": 5}, "shard_rows"),
+        ({"meta": {"corpus": "b"}}, "meta.corpus 'a' instead of 'b'"),
+        ({"model": {"name": "other"}}, "model.name 'toy' instead of 'other', model.fingerprint"),
+        ({"shard_rows": 5}, "shard_rows 10 instead of 5"),
     ):
         args = {"count": 23, "dim": 5, "shard_rows": 10, "model": MODEL, "meta": {"corpus": "a"}, **kwargs}
-        with pytest.raises(StoreError, match=f"unfinished store of another plan \\({what} "):
+        with pytest.raises(StoreError, match=f"unfinished store of another plan \\({re.escape(what)}"):
             StoreWriter(path, **args)
     write_store(tmp_path / "full", _emb(), model=MODEL, shard_rows=10)
     with pytest.raises(StoreError, match=r"holds a store of another plan \(dtype 'float32' instead of 'float64'"):

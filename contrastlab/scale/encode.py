@@ -1,0 +1,359 @@
+"""Encoding a corpus into an embedding store, in one process or on Ray; an interrupted encode resumes.
+
+:func:`encode_corpus` scans the corpus (:class:`~contrastlab.scale.corpus.TextCorpus`), loads the model
+once to record its identity and dimension, opens a :class:`~contrastlab.search.store.StoreWriter` (which
+keeps the shards an interrupted run finished and verified) and encodes the shards still missing:
+
+- ``local``: shard by shard in this process; the texts of a shard are encoded in batches of
+  ``batch_size``, sorted by length (less padding), and the shard is written.
+- ``ray``: a Ray Data pipeline. One read task per missing shard reads its texts from the corpus (rows
+  ``{"id", "text"}``), ``map_batches`` hands batches of at most ``batch_size`` rows to a fixed pool of
+  ``actors`` actors (:class:`EncodeActor`, ``ActorPoolStrategy(size=actors)``), each of which loads the model once,
+  checks its fingerprint against the driver's, and returns ``{"id", "emb"}``. Ray Data does not keep the
+  rows' order, so each row carries its id; the driver gathers the rows of each shard (shard
+  ``id // shard_rows``) and writes the shard as soon as all its rows are in, exactly the shards the
+  one-process path writes.
+
+The two engines write the same store: the same shard names, row counts, id ranges, ids, model identity
+and corpus identity. The embeddings are equal to float32 rounding, not bitwise: a Ray batch mixes texts
+differently from a one-process batch, so the padded length and the matrix shapes the kernels see differ,
+and a float32 BERT's output moves by a few units in the last place (the tests allow ``1e-5`` of the
+largest absolute value). Within one engine and one machine a re-run reproduces the same bits.
+
+Memory: an actor holds the model, one batch of at most ``batch_size`` texts (each truncated to the
+model's ``max_seq_length`` tokens), its activations and its ``(batch_size, D)`` result; Ray Data's
+streaming executor bounds the blocks in flight. The driver holds the rows of the shards not yet complete
+(one shard per read task in flight, usually a few) and one copy of the model (for the identity; it is
+released before the pipeline starts).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from contrastlab.scale.cluster import Engine, ray_session
+from contrastlab.scale.corpus import TextCorpus
+from contrastlab.search.store import EmbeddingStore, ShardRecord, StoreWriter
+
+__all__ = [
+    "Encoder",
+    "EncoderSource",
+    "EncodeResult",
+    "EncodeActor",
+    "encode_batch",
+    "encode_corpus",
+    "DEFAULT_SHARD_ROWS",
+    "DEFAULT_BATCH_SIZE",
+]
+
+DEFAULT_SHARD_ROWS = 65_536
+"""Rows per shard: 65,536 × 384 float32 dimensions is a 96 MiB shard (plus 0.5 MiB of ids)."""
+
+DEFAULT_BATCH_SIZE = 64
+"""Texts per forward pass (the audit's default)."""
+
+
+class Encoder(Protocol):
+    """A loaded text encoder: ``(n,)`` texts → ``(n, D)`` embeddings (a tensor or an array)."""
+
+    def __call__(self, texts: list[str]) -> Any:
+        """Embed ``texts``."""
+        ...
+
+
+class EncoderSource(Protocol):
+    """A picklable recipe for an encoder: each Ray actor calls :meth:`load` once."""
+
+    def load(self) -> Encoder:
+        """Load the encoder."""
+        ...
+
+    def identity(self, encoder: Any) -> dict[str, Any]:
+        """The loaded encoder's identity: at least ``name``, ``dim`` and ``fingerprint``."""
+        ...
+
+
+@dataclass(frozen=True)
+class EncodeResult:
+    """What :func:`encode_corpus` did.
+
+    Attributes:
+        store: the complete store.
+        engine: ``"local"`` or ``"ray"``.
+        written: indices of the shards encoded by this call.
+        skipped: indices of the shards an earlier, interrupted call had finished (kept, verified).
+        startup_s: seconds from the call until the first encoded rows came back (corpus scan, model
+            load, Ray start-up and actor start, and the first batch).
+        total_s: seconds of the whole call.
+    """
+
+    store: EmbeddingStore
+    engine: str
+    written: tuple[int, ...]
+    skipped: tuple[int, ...]
+    startup_s: float
+    total_s: float
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def encode_batch(encoder: Encoder, texts: list[str], batch_size: int) -> np.ndarray:
+    """Encode ``texts`` in batches of ``batch_size`` sorted by length; ``(len(texts), D)`` float32, input order.
+
+    Raises:
+        ValueError: the encoder's output is not one finite 2-D row per text.
+    """
+    import torch
+
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out: np.ndarray | None = None
+    with torch.inference_mode():
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            emb = encoder([texts[i] for i in idx])
+            emb = emb.float().cpu().numpy() if isinstance(emb, torch.Tensor) else np.asarray(emb, dtype=np.float32)
+            if emb.ndim != 2 or emb.shape[0] != len(idx):
+                raise ValueError(f"model: gives output of shape {emb.shape} for {len(idx)} texts, not (N, D)")
+            if out is None:
+                out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
+            out[idx] = emb
+    if out is None:
+        raise ValueError("texts: nothing to encode")
+    return out
+
+
+class EncodeActor:
+    """The Ray actor of the encode: loads the model once, then encodes ``{"id", "text"}`` batches.
+
+    Args:
+        source: the encoder's recipe.
+        fingerprint: the driver's fingerprint of the model; a different model here is refused.
+        batch_size: texts per forward pass.
+        threads: torch intra-op threads of this actor.
+    """
+
+    def __init__(self, source: EncoderSource, fingerprint: str, batch_size: int, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+        self.encoder = source.load()
+        got = source.identity(self.encoder).get("fingerprint")
+        if got != fingerprint:
+            raise RuntimeError(f"model: the actor loaded a model with fingerprint {got}, the driver {fingerprint}")
+        self.batch_size = batch_size
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``{"id": (n,), "text": (n,)}`` → ``{"id": (n,), "emb": (n, D)}``."""
+        emb = encode_batch(self.encoder, [str(t) for t in batch["text"]], self.batch_size)
+        return {"id": np.asarray(batch["id"], dtype=np.int64), "emb": emb}
+
+
+@dataclass(frozen=True)
+class _ReadShard:
+    """The Ray read task: a shard index → its rows ``{"id", "text"}``."""
+
+    corpus: TextCorpus
+    bounds: tuple[tuple[int, int], ...]
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ids: list[np.ndarray] = []
+        texts: list[str] = []
+        for i in batch["shard"]:
+            start, stop = self.bounds[int(i)]
+            ids.append(np.arange(start, stop, dtype=np.int64))
+            texts.extend(self.corpus.read(start, stop))
+        return {"id": np.concatenate(ids), "text": np.array(texts, dtype=object)}
+
+
+def _positive(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def encode_corpus(
+    corpus: str | Path | TextCorpus,
+    source: EncoderSource,
+    out: str | Path,
+    *,
+    engine: Engine | None = None,
+    shard_rows: int = DEFAULT_SHARD_ROWS,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    actors: int = 2,
+    actor_threads: int = 1,
+    threads: int | None = None,
+    on_shard: Callable[[int, ShardRecord], None] | None = None,
+) -> EncodeResult:
+    """Encode the corpus at ``corpus`` into the embedding store ``out`` (see the module docstring).
+
+    Args:
+        corpus: a FILE (one document per line) or DIR (``*.txt``), see :mod:`contrastlab.scale.corpus`; or
+            one already scanned with ``stride=shard_rows``.
+        source: the encoder's recipe (e.g. :class:`contrastlab.audit.text_model.TextModelSource`).
+        out: the store folder: new, empty, or an interrupted encode of the same corpus and model.
+        engine: where to run (default: this process).
+        shard_rows: rows per shard.
+        batch_size: texts per forward pass (the Ray batch size too).
+        actors: Ray actors (each loads the model once).
+        actor_threads: torch threads (and Ray CPUs) per actor.
+        threads: torch threads of the one-process encode (default: torch's current setting).
+        on_shard: called after each shard is written, with its index and record.
+
+    Raises:
+        ValueError: a bad argument or corpus (the message names the file and line), a model that
+            cannot be loaded (names ``model``), ``out`` holding another store (a ``StoreError``), or an
+            unusable engine (an ``EngineError`` naming ``--address`` or ``engine``).
+    """
+    t0 = time.perf_counter()
+    engine = engine or Engine()
+    for name, value in (("shard_rows", shard_rows), ("batch_size", batch_size), ("actors", actors)):
+        _positive(name, value)
+    _positive("actor_threads", actor_threads)
+    if isinstance(corpus, TextCorpus):
+        if corpus.stride != shard_rows:
+            raise ValueError(f"corpus: scanned with stride {corpus.stride}, the encode needs shard_rows {shard_rows}")
+        text_corpus = corpus
+    else:
+        text_corpus = TextCorpus.scan(corpus, stride=shard_rows)
+    encoder = source.load()
+    identity = source.identity(encoder)
+    writer = StoreWriter(
+        out,
+        count=text_corpus.count,
+        dim=int(identity["dim"]),
+        dtype="float32",
+        shard_rows=shard_rows,
+        model=identity,
+        meta={"corpus": text_corpus.identity()},
+    )
+    pending = writer.pending()
+    timings: dict[str, float] = {"prepare_s": time.perf_counter() - t0}
+    first: list[float] = []
+
+    def written(i: int, rec: ShardRecord) -> None:
+        if on_shard is not None:
+            on_shard(i, rec)
+
+    def rows_in() -> None:
+        if not first:
+            first.append(time.perf_counter() - t0)
+
+    if pending and engine.is_ray:
+        del encoder  # the actors load their own copies
+        _encode_on_ray(
+            text_corpus,
+            source,
+            writer,
+            pending,
+            engine,
+            identity,
+            batch_size,
+            actors,
+            actor_threads,
+            written,
+            rows_in,
+            timings,
+        )
+    elif pending:
+        with _torch_threads(threads):
+            for i in pending:
+                start, stop = writer.bounds[i]
+                emb = encode_batch(encoder, text_corpus.read(start, stop), batch_size)
+                rows_in()
+                written(i, writer.write_shard(i, np.arange(start, stop), emb))
+    store = writer.finish()
+    total = time.perf_counter() - t0
+    return EncodeResult(
+        store=store,
+        engine=engine.name,
+        written=tuple(pending),
+        skipped=tuple(sorted(writer.done)),
+        startup_s=first[0] if first else total,
+        total_s=total,
+        timings=timings,
+    )
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    import torch
+
+    if threads is None:
+        yield
+        return
+    _positive("threads", threads)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _encode_on_ray(
+    corpus: TextCorpus,
+    source: EncoderSource,
+    writer: StoreWriter,
+    pending: list[int],
+    engine: Engine,
+    identity: dict[str, Any],
+    batch_size: int,
+    actors: int,
+    actor_threads: int,
+    written: Callable[[int, ShardRecord], None],
+    rows_in: Callable[[], None],
+    timings: dict[str, float],
+) -> None:
+    """Run the Ray Data pipeline over the ``pending`` shards and write each shard as its rows arrive."""
+    t0 = time.perf_counter()
+    with ray_session(engine.address, temp_dir=writer.path, num_cpus=actors * actor_threads + 1):
+        timings["session_s"] = time.perf_counter() - t0
+        import ray.data
+
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+        logging.getLogger("ray.data").setLevel(logging.WARNING)
+        shard_rows = writer.plan["shard_rows"]
+        need = {i: writer.bounds[i][1] - writer.bounds[i][0] for i in pending}
+        parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {i: [] for i in pending}
+        have = dict.fromkeys(pending, 0)
+        ds = (
+            ray.data.from_items([{"shard": i} for i in pending], override_num_blocks=len(pending))
+            .map_batches(_ReadShard(corpus, tuple(writer.bounds)), batch_size=1, batch_format="numpy")
+            .map_batches(
+                EncodeActor,
+                fn_constructor_args=(source, identity["fingerprint"], batch_size, actor_threads),
+                batch_size=batch_size,
+                batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(size=actors),
+                num_cpus=actor_threads,
+            )
+        )
+        for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+            rows_in()
+            ids = np.asarray(batch["id"], dtype=np.int64)
+            emb = np.asarray(batch["emb"], dtype=np.float32)
+            shard_of = ids // shard_rows
+            for i in np.unique(shard_of).tolist():
+                sel = shard_of == i
+                if i not in parts:
+                    raise RuntimeError(f"Ray returned rows of shard {i}, which was not asked for (or twice)")
+                parts[i].append((ids[sel], emb[sel]))
+                have[i] += int(sel.sum())
+                if have[i] == need[i]:
+                    got = parts.pop(i)
+                    written(
+                        i,
+                        writer.write_shard(i, np.concatenate([g[0] for g in got]), np.concatenate([g[1] for g in got])),
+                    )
+                elif have[i] > need[i]:
+                    raise RuntimeError(f"Ray returned {have[i]} rows for shard {i} of {need[i]} rows")
+        if parts:
+            raise RuntimeError(f"Ray returned no or too few rows for shards {sorted(parts)[:10]}")

@@ -1,0 +1,232 @@
+"""``contrastlab encode``: one process and Ray write the same store; an interrupted encode resumes."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contrastlab.scale.cluster import Engine
+from contrastlab.scale.encode import encode_corpus
+from contrastlab.search.store import JOURNAL, MANIFEST, EmbeddingStore, StoreError
+from tests.models.text_models import write_tiny_bert
+
+WORDS = "alpha beta gamma delta search engine corpus shard model ray data softmax partition".split()
+ROWS, SHARD_ROWS, BATCH = 37, 10, 4  # 4 shards, the last one of 7 rows; batches cut across shards
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("encode")
+    model = write_tiny_bert(root / "bert", "st")
+    rng = np.random.default_rng(0)
+    lines = [" ".join(rng.choice(WORDS, int(rng.integers(1, 14)))) for _ in range(ROWS)]
+    (root / "corpus.txt").write_text("\n".join(lines) + "\n")
+    return model, root / "corpus.txt"
+
+
+@pytest.fixture(scope="module")
+def local_store(inputs, tmp_path_factory: pytest.TempPathFactory) -> EmbeddingStore:
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    out = tmp_path_factory.mktemp("local") / "store"
+    return encode_corpus(corpus, TextModelSource(str(model)), out, shard_rows=SHARD_ROWS, batch_size=BATCH).store
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_after(n: int):
+    done: list[int] = []
+
+    def on_shard(i, rec):
+        done.append(i)
+        if len(done) == n:
+            raise _Stop
+
+    return on_shard, done
+
+
+def test_local_store_holds_the_models_embeddings_of_every_line(inputs, local_store):
+    from contrastlab.audit.inputs import encode_texts
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    source = TextModelSource(str(model))
+    encoder = source.load()
+    want = encode_texts(encoder, corpus.read_text().splitlines(), batch_size=8, progress=False, label="texts")
+    ids, emb = local_store.read_all()
+    assert np.array_equal(ids, np.arange(ROWS)) and emb.dtype == np.float32 and emb.shape == want.shape
+    # other batches, other padding: float32 rounding of a 2-layer BERT (see contrastlab.scale.encode)
+    np.testing.assert_allclose(emb, want.numpy(), rtol=0, atol=1e-5 * float(np.abs(emb).max()))
+    assert local_store.model == source.identity(encoder)
+    assert local_store.meta["corpus"]["documents"] == ROWS
+    assert [s.rows for s in local_store.shards] == [10, 10, 10, 7]
+
+
+def test_interrupted_local_encode_resumes_with_the_same_bits(inputs, local_store, tmp_path: Path):
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    source, out = TextModelSource(str(model)), tmp_path / "store"
+    on_shard, done = _stop_after(2)
+    with pytest.raises(_Stop):
+        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, on_shard=on_shard)
+    assert done == [0, 1] and (out / JOURNAL).is_file() and not (out / MANIFEST).exists()
+    with pytest.raises(StoreError, match="unfinished store"):
+        EmbeddingStore.open(out)
+    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH)
+    assert (again.skipped, again.written) == ((0, 1), (2, 3))
+    assert again.store.shards == local_store.shards  # same process, same batches: the same bits
+    assert encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH).written == ()
+
+
+def test_another_model_into_the_same_store_is_refused(inputs, local_store, tmp_path: Path):
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    other = write_tiny_bert(tmp_path / "other", "st", seed=1)
+    with pytest.raises(StoreError, match=r"holds a store of another plan \(model\.name"):
+        encode_corpus(corpus, TextModelSource(str(other)), local_store.path, shard_rows=SHARD_ROWS)
+
+
+def test_ray_resumes_an_interrupted_encode_and_equals_the_one_process_store(
+    inputs, local_store, ray_cluster, tmp_path: Path
+):
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    source, out = TextModelSource(str(model)), tmp_path / "store"
+    on_shard, done = _stop_after(2)  # a one-process encode killed after two shards
+    with pytest.raises(_Stop):
+        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, on_shard=on_shard)
+    engine = Engine("ray", ray_cluster.address)
+    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, engine=engine, actors=2)
+    assert (again.engine, again.skipped, again.written) == ("ray", (0, 1), (2, 3))
+    store = again.store
+    assert [(s.name, s.rows, s.id_min, s.id_max) for s in store.shards] == [
+        (s.name, s.rows, s.id_min, s.id_max) for s in local_store.shards
+    ]
+    assert store.shards[:2] == local_store.shards[:2]  # kept as they were
+    assert (store.model, store.meta, store.dim, store.dtype) == (
+        local_store.model,
+        local_store.meta,
+        local_store.dim,
+        local_store.dtype,
+    )
+    ids, emb = store.read_all()
+    ref_ids, ref = local_store.read_all()
+    assert np.array_equal(ids, ref_ids)
+    # Ray's batches mix rows differently: equal to float32 rounding (see contrastlab.scale.encode)
+    np.testing.assert_allclose(emb, ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
+
+
+# ------------------------------------------------------------------------------------------- command line
+
+
+def _one_line_exit_2(capsys, argv, match: str) -> None:
+    from contrastlab.cli import main
+
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and "it/s]" not in line]  # transformers' bars
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert re.search(match, lines[0]), err
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"", r"^encode: --corpus .*corpus\.txt: the file is empty"),
+        (b"fine\nnul\x00\n", r"^encode: --corpus .*corpus\.txt, line 2: holds a NUL byte"),
+        (b"fine\n\xfe\xff\n", r"^encode: --corpus .*corpus\.txt, line 2: bytes that are not UTF-8"),
+    ],
+)
+def test_cli_bad_corpus_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path: Path, content: bytes, match: str):
+    (tmp_path / "corpus.txt").write_bytes(content)
+    argv = ["encode", "minilm", "--corpus", str(tmp_path / "corpus.txt"), "--out", str(tmp_path / "store")]
+    _one_line_exit_2(capsys, argv, match)
+    assert not (tmp_path / "store").exists()
+
+
+def test_cli_bad_arguments_are_one_line_exit_2(capsys, inputs, tmp_path: Path):
+    model, corpus = inputs
+    base = ["encode", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "store")]
+    _one_line_exit_2(capsys, [*base, "--shard-rows", "0"], r"^encode: --shard-rows must be at least 1")
+    _one_line_exit_2(capsys, [*base, "--address", "127.0.0.1:6379"], r"^encode: --address .* needs --engine ray")
+    _one_line_exit_2(capsys, [*base, "--engine", "spark"], r"--engine: invalid choice")
+    _one_line_exit_2(capsys, [*base[:1], str(tmp_path / "nope"), *base[2:]], r"^encode: model: folder .* does not")
+    _one_line_exit_2(capsys, [*base[:3], str(tmp_path / "nope.txt"), *base[4:]], r"^encode: --corpus .*no such file")
+    assert not (tmp_path / "store").exists()
+
+
+def test_cli_engine_ray_without_ray_or_with_an_unreachable_address(capsys, monkeypatch, inputs, tmp_path: Path):
+    model, corpus = inputs
+    base = ["encode", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "store"), "--engine", "ray"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    if importlib.util.find_spec("ray") is not None:
+        _one_line_exit_2(capsys, [*base, "--address", f"127.0.0.1:{port}"], rf"^encode: --address 127.0.0.1:{port}:")
+    monkeypatch.setitem(sys.modules, "ray", None)
+    _one_line_exit_2(capsys, base, r"^encode: engine: --engine ray needs .*pip install 'contrastlab\[ray\]'")
+
+
+def test_cli_encodes_and_refuses_another_model_into_the_store(capsys, inputs, local_store, tmp_path: Path):
+    from contrastlab.cli import main
+
+    model, corpus = inputs
+    out = tmp_path / "store"
+    argv = ["encode", str(model), "--corpus", str(corpus), "--out", str(out), "--shard-rows", "10", "--batch-size", "4"]
+    assert main([*argv, "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "37 documents, 4 shards of 16-dimensional float32 embeddings (4 encoded, 0 kept" in printed
+    assert f"store: {out}" in printed
+    assert EmbeddingStore.open(out).shards == local_store.shards
+    other = write_tiny_bert(tmp_path / "other", "st", seed=1)
+    _one_line_exit_2(
+        capsys,
+        ["encode", str(other), *argv[2:]],
+        r"^encode: --out .* holds a store of another plan \(model\.name .*model\.fingerprint",
+    )
+
+
+@pytest.mark.slow
+def test_cli_encode_killed_with_sigkill_resumes(inputs, tmp_path: Path):
+    model, _ = inputs
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(f"document {i} " + " ".join(WORDS[: 1 + i % 13]) for i in range(400)) + "\n")
+    out = tmp_path / "store"
+    argv = [sys.executable, "-m", "contrastlab", "encode", str(model), "--corpus", str(corpus), "--out", str(out)]
+    argv += ["--shard-rows", "2", "--batch-size", "2", "--quiet"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        journal = out / JOURNAL
+        if journal.is_file() and journal.read_text().count("\n") >= 4:  # the plan and three shards
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert not (out / MANIFEST).exists(), "the encode finished before it was killed: make the corpus larger"
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    kept = int(re.search(r"\((\d+) encoded, (\d+) kept", run.stdout).group(2))
+    assert kept >= 3
+    from contrastlab.audit.text_model import TextModelSource
+
+    ref = encode_corpus(corpus, TextModelSource(str(model)), tmp_path / "ref", shard_rows=2, batch_size=2)
+    assert EmbeddingStore.open(out, verify=True).shards == ref.store.shards  # one process each time: same bits
