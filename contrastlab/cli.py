@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | mine | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | query | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -340,7 +340,7 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
     out = Path(args.out) if args.out else default_out_dir("audit")
     try:
-        results = audit(cfg, out)
+        results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument, file and line
         raise UsageError(f"audit: {' '.join(str(e).split())}") from None
     from rich.console import Console
@@ -491,6 +491,53 @@ def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# -------------------------------------------------------------------------------------------- query
+
+
+def _cmd_query(args: argparse.Namespace, rest: list[str]) -> int:
+    import numpy as np
+
+    from contrastlab.io import write_json_atomic
+    from contrastlab.scale.cluster import Engine
+    from contrastlab.scale.sharded_search import query_store
+    from contrastlab.search.cli import load_matrix
+
+    if rest:
+        raise UsageError(f"query: unexpected arguments {' '.join(rest)}")
+    try:
+        engine = Engine(args.engine, args.address)
+        if args.out is not None and not args.out.endswith(".json"):
+            raise ValueError(f"--out: {args.out} must end in .json")
+        queries = np.asarray(load_matrix(args.queries, None, "--queries"))
+        if queries.ndim != 2:
+            raise ValueError(f"--queries: expected shape (Q, D), got {queries.shape} in {args.queries}")
+        folder = Path(args.out).resolve().parent if args.out else Path.cwd()
+        res, log_z = query_store(
+            args.store,
+            queries,
+            args.k,
+            engine=engine,
+            temp_dir=folder,
+            metric=args.metric,
+            temperature=args.temperature,
+            exclude_self=args.exclude_self,
+            model=args.model,
+        )
+    except ValueError as e:  # bad input: the store's files, the model, the address, the queries
+        raise UsageError(f"query: {' '.join(str(e).split())}") from None
+    out: dict[str, Any] = {"ids": res.ids, "scores": res.scores}
+    if log_z is not None:
+        out["log_partition"] = log_z
+    if args.out is None:
+        for i in range(min(10, res.ids.shape[0])):
+            lz = "" if log_z is None else f"  log Z = {log_z[i]:.6f}"
+            print(f"{i}: {' '.join(map(str, res.ids[i]))}{lz}")
+    else:
+        write_json_atomic(args.out, out)
+        print(f"wrote top-{args.k} of {res.ids.shape[0]} queries to {args.out}")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------------------- search
 
 
@@ -593,6 +640,12 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument(
+        "--shards", type=int, default=None, help="document shards (default: 1 locally, one per Ray node with Ray)"
+    )
     subs["audit"] = p
 
     from contrastlab.scale.cluster import add_engine_arguments
@@ -663,6 +716,24 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--root", help="data root (default $CONTRASTLAB_DATA or ./data)")
     subs["data"] = p
 
+    p = sub.add_parser(
+        "query",
+        help="exact top-k (and log-partition) over an embedding store, in one process or on Ray",
+        description="Search every shard of an embedding store exactly and merge (score descending, id ascending).",
+    )
+    p.add_argument("store", help="embedding store folder")
+    p.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors of query embeddings")
+    p.add_argument("-k", type=int, default=10, help="results per query")
+    p.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
+    p.add_argument("--temperature", type=float, default=None, help="also the corpus-wide log-partition at this τ")
+    p.add_argument("--exclude-self", action="store_true", help="queries are the store's rows 0..Q-1")
+    p.add_argument("--model", default=None, help="refuse a store written by a model of another name")
+    p.add_argument("--out", default=None, help="results.json (ids, scores, log_partition); default: print")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    subs["query"] = p
+
     sub.add_parser("search", help="similarity search with faiss (contrastlab search --help)", add_help=False)
     return parser, subs
 
@@ -704,6 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "audit": _cmd_audit,
             "encode": _cmd_encode,
             "mine": _cmd_mine,
+            "query": _cmd_query,
         }
         with warnings.catch_warnings():  # restores showwarning on exit
             default_show = warnings.showwarning

@@ -6,7 +6,7 @@ nothing of size Q × M is ever held (searches go through faiss, partitions throu
 softmax-search functions, tails through a seeded subsample).
 
 * :func:`retrieval` — recall@k, nDCG@k, MRR and MAP@R per query (:mod:`contrastlab.search.metrics`)
-  from an exact :class:`~contrastlab.search.EmbeddingIndex`, with Student-t intervals
+  from an exact search (:class:`~contrastlab.search.sharded.ShardedSearch`), with Student-t intervals
   (:func:`contrastlab.eval.probe.mean_ci`).
 * :func:`fit_temperature` — the τ minimising the held-out pair cross-entropy −log P_τ(rel | q) of the
   softmax search over the whole document set (Whiteley 2026, eq. 6). In β = 1/τ the objective
@@ -24,6 +24,11 @@ softmax-search functions, tails through a seeded subsample).
   length (Spearman with bootstrap intervals, :func:`contrastlab.eval.norms.norm_correlations`), and as
   a confidence for top-1 retrieval (AUROC, :func:`contrastlab.eval.calibration.auroc`) next to the
   softmax search's own top-1 probability.
+
+The passes over the whole document set (the top-k of :func:`retrieval`, the softmax search's
+log-partition, probabilities and entropy) take the documents either as a tensor or as a
+:class:`~contrastlab.search.sharded.ShardedSearch`, whose shards may live in Ray actors; the sampled
+diagnostics (risk curve negatives, tails, uniformity) read the document embeddings themselves.
 """
 
 from __future__ import annotations
@@ -44,8 +49,9 @@ from contrastlab.eval.probe import MeanCI, mean_ci
 from contrastlab.eval.tails import TailReport, isotropic_xi, pot_fit
 from contrastlab.losses import alignment, uniformity
 from contrastlab.losses.weince import anchor_tail_stats
-from contrastlab.search import EmbeddingIndex, SoftmaxSearch, entropy, log_partition, log_prob
+from contrastlab.search import SoftmaxSearch, entropy, log_partition, log_prob
 from contrastlab.search.metrics import map_at_r, mrr, ndcg_at_k, recall_at_k
+from contrastlab.search.sharded import ShardedSearch
 from contrastlab.theory.risk import mc_estimate, tuple_loss
 from contrastlab.theory.slope import fit_slope
 
@@ -85,23 +91,33 @@ def mrr_key(ks: tuple[int, ...]) -> str:
     return f"mrr@{max(ks)}"
 
 
-def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int, ...]) -> RetrievalResult:
+def _as_corpus(documents: Tensor | ShardedSearch) -> ShardedSearch:
+    """Documents as a searchable corpus: a tensor becomes one in-process shard whose ids are its row positions."""
+    if isinstance(documents, ShardedSearch):
+        return documents
+    return ShardedSearch.local([(np.arange(documents.shape[0]), documents)], metric="cosine")
+
+
+def retrieval(
+    queries: Tensor, documents: Tensor | ShardedSearch, rel: np.ndarray, ks: tuple[int, ...]
+) -> RetrievalResult:
     """Exact cosine search of every query over every document; per-query metrics with intervals.
 
     The metric names come from ``ks`` alone — ``recall@k`` and ``ndcg@k`` for each k, ``mrr@K`` (K the
     largest; :func:`mrr_key`) and ``map@r`` — whatever the number of documents M: a cut-off k > M ranks
     every document, so it is the cut-off M (``recall@k`` is then 1, each query's document being among them).
 
+    Equal scores are ranked by ascending document id (:meth:`~contrastlab.search.sharded.ShardedSearch.search`).
+
     Shape:
-        queries: ``(Q, D)``; documents: ``(M, D)``; rel: ``(Q,)`` document positions.
+        queries: ``(Q, D)``; documents: ``(M, D)``, or a cosine corpus whose ids are the document positions;
+        rel: ``(Q,)`` document positions.
     """
+    corpus = _as_corpus(documents)
     ks = tuple(sorted(set(ks)))
-    depth = min(ks[-1], documents.shape[0])
-    index = EmbeddingIndex(documents.shape[1], metric="cosine", kind="flat")
-    index.add(documents, labels=torch.arange(documents.shape[0]))
-    res = index.search(queries, depth)
-    assert res.labels is not None
-    hits = res.labels == np.asarray(rel)[:, None]  # (Q, depth)
+    depth = min(ks[-1], corpus.ntotal)
+    res = corpus.search(queries, depth)
+    hits = res.ids == np.asarray(rel)[:, None]  # (Q, depth)
     n_rel = np.ones(hits.shape[0], dtype=np.int64)  # one document per pair
     per: dict[str, np.ndarray] = {}
     for k in ks:
@@ -118,13 +134,20 @@ def retrieval(queries: Tensor, documents: Tensor, rel: np.ndarray, ks: tuple[int
     )
 
 
-def held_out_cross_entropy(queries: Tensor, documents: Tensor, rel: np.ndarray, temperature: float) -> Tensor:
-    """``−log P_τ(rel_i | q_i)`` per query under the softmax search over all documents, ``(Q,)`` float64."""
+def held_out_cross_entropy(
+    queries: Tensor, documents: Tensor | ShardedSearch, rel: np.ndarray, temperature: float
+) -> Tensor:
+    """``−log P_τ(rel_i | q_i)`` per query under the softmax search over all documents, ``(Q,)`` float64.
+
+    ``documents``: unit vectors ``(M, D)``, or a cosine corpus whose ids are the document positions.
+    """
+    if isinstance(documents, ShardedSearch):
+        return -documents.log_prob(queries, np.asarray(rel), temperature=temperature)
     return -log_prob(queries, documents, torch.as_tensor(rel), temperature=temperature)
 
 
 def fit_temperature(
-    queries: Tensor, documents: Tensor, rel: np.ndarray, *, tau_min: float, tau_max: float
+    queries: Tensor, documents: Tensor | ShardedSearch, rel: np.ndarray, *, tau_min: float, tau_max: float
 ) -> tuple[float, list[tuple[float, float]]]:
     """The τ in ``[tau_min, tau_max]`` minimising the mean held-out cross-entropy (bounded Brent on log τ).
 
@@ -145,15 +168,20 @@ def fit_temperature(
     return float(math.exp(res.x)), sorted(seen.items())
 
 
-def softmax_search_summary(queries: Tensor, documents: Tensor, temperature: float) -> dict[str, float]:
-    """Mean log-partition and mean entropy of the softmax search at τ (and log M, the uniform entropy)."""
-    log_z = log_partition(queries, documents, temperature=temperature)
-    h = entropy(SoftmaxSearch(queries, documents, 1.0 / temperature))
-    return {
-        "log_partition": float(log_z.mean()),
-        "entropy": float(h.mean()),
-        "log_num_documents": math.log(documents.shape[0]),
-    }
+def softmax_search_summary(queries: Tensor, documents: Tensor | ShardedSearch, temperature: float) -> dict[str, float]:
+    """Mean log-partition and mean entropy of the softmax search at τ (and log M, the uniform entropy).
+
+    ``documents``: unit vectors ``(M, D)``, or a cosine corpus.
+    """
+    if isinstance(documents, ShardedSearch):
+        log_z = documents.log_partition(queries, temperature=temperature)
+        h = documents.entropy(queries, temperature=temperature)
+        m = documents.ntotal
+    else:
+        log_z = log_partition(queries, documents, temperature=temperature)
+        h = entropy(SoftmaxSearch(queries, documents, 1.0 / temperature))
+        m = documents.shape[0]
+    return {"log_partition": float(log_z.mean()), "entropy": float(h.mean()), "log_num_documents": math.log(m)}
 
 
 def risk_curve(

@@ -4,6 +4,18 @@ The output folder gets what every contrastlab run has — ``results.json`` (summ
 figures, config, provenance, host), its figures, and ``report.md`` / ``report.html`` from
 :func:`contrastlab.report.write_report`. Everything is computed first and written into a temporary
 folder beside ``out_dir``, then moved in, so a failure leaves no partial results behind.
+
+The audit runs in five stages, each timed in ``results.json`` (``timing.stages``):
+
+1. **inputs** — the pairs, the model, the seeded choice of queries and documents (all bad input fails here);
+2. **store** — the embeddings of the chosen queries and documents (document ``j``'s id is its position);
+3. **index** — the documents as a searchable corpus, :class:`~contrastlab.search.sharded.ShardedSearch`:
+   the one seam where the engine plugs in. ``engine="local"`` holds them in this process (one shard by
+   default: exactly the one-process computation), ``engine="ray"`` in one Ray actor per shard
+   (``contrastlab.scale.sharded_search``); both run the same per-shard code and exact merges;
+4. **diagnostics** — retrieval, the softmax search, the risk curve, tails and norms, the passes over the
+   whole document set going through the corpus;
+5. **report** — summary, tables and figures, written atomically.
 """
 
 from __future__ import annotations
@@ -14,23 +26,31 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.figures import plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.eval.probe import mean_ci
-from contrastlab.search import log_partition
+from contrastlab.search.sharded import ShardedSearch
 
-__all__ = ["audit"]
+__all__ = ["audit", "ENGINES", "AuditInputs", "AuditEmbeddings", "load_inputs", "embed", "open_corpus"]
 
 _MIN_TAIL_PAIRS = 1000  # the POT fit's 0.99 quantile keeps 1% of the negatives and needs at least 10
+
+ENGINES = ("local", "ray")
+"""Where the corpus's shards are searched: ``local`` (this process) or ``ray`` (one actor per shard)."""
 
 
 def _select(
@@ -61,77 +81,246 @@ def _ci_row(name: str, ci: Any) -> list[Any]:
     return [name, ci.mean, ci.low, ci.high, ci.n]
 
 
-def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Audit an embedding model as a similarity-search engine; write results.json, figures and the report.
+@dataclass(frozen=True)
+class AuditInputs:
+    """The inputs stage: the pairs, the model, and which pairs and documents are audited.
 
-    Args:
-        config: what to audit (:class:`~contrastlab.audit.config.AuditConfig`; default: the bundled MiniLM
-            on the standard-library docstring corpus).
-        out_dir: the output folder (created; default ``runs/audit-TIMESTAMP``).
-
-    Returns:
-        The dictionary written to ``results.json`` (plus ``out_dir``).
-
-    Raises:
-        ValueError: bad input — a missing model or pairs file, bad file content, a model whose output is
-            not a 2-D embedding — named in the message; nothing is written then.
+    Attributes:
+        pairs: the loaded pairs (texts or embeddings).
+        encoder: the text encoder, or ``None`` when the pairs carry embeddings.
+        eval_pairs: ``(Q,)`` indices of the audited pairs.
+        valid_pairs: ``(V,)`` indices of the pairs that fit τ.
+        documents: ``(M,)`` indices of the searched documents, sorted.
     """
-    import contrastlab
-    from contrastlab.host import host_info
-    from contrastlab.io import to_jsonable, write_json_atomic
-    from contrastlab.report import write_report
 
-    cfg = config or AuditConfig()
-    out = Path(out_dir) if out_dir is not None else Path("runs") / f"audit-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    started = _dt.datetime.now(_dt.timezone.utc)
-    t0 = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
+    pairs: AuditPairs
+    encoder: Any
+    eval_pairs: np.ndarray
+    valid_pairs: np.ndarray
+    documents: np.ndarray
 
-    # ---- inputs: everything that can be wrong with them fails here, before anything is written
+
+@dataclass(frozen=True)
+class AuditEmbeddings:
+    """The store stage: the embeddings of the audited texts (document ``j`` of the store has id ``j``).
+
+    Attributes:
+        queries: ``(Q + V, D)`` the audited queries, then the valid ones, before any normalisation.
+        documents: ``(M, D)`` the searched documents, in the order of :attr:`AuditInputs.documents`.
+        model: the model's description.
+        encode_s: seconds spent encoding (0 for given embeddings).
+    """
+
+    queries: Tensor
+    documents: Tensor
+    model: str
+    encode_s: float
+
+
+def load_inputs(cfg: AuditConfig, rng: np.random.Generator) -> AuditInputs:
+    """Inputs stage: load the pairs and the model and draw the audited subset; bad input fails here."""
     pairs = load_pairs(cfg)
     encoder = load_model(cfg) if pairs.query_emb is None else None
     ev, va, docs = _select(pairs, cfg, rng)
-    doc_pos = np.full(int(docs.max()) + 1, -1, dtype=np.int64)
-    doc_pos[docs] = np.arange(docs.size)
+    return AuditInputs(pairs=pairs, encoder=encoder, eval_pairs=ev, valid_pairs=va, documents=docs)
+
+
+def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
+    """Store stage: encode (or look up) the audited queries and documents.
+
+    Raises:
+        ValueError: the model embeds queries and documents to different dimensions.
+    """
+    pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
     t_enc = time.perf_counter()
-    if encoder is not None:
+    if inputs.encoder is not None:
         assert pairs.queries is not None and pairs.documents is not None
         queries, documents = pairs.queries, pairs.documents
         q_raw, d_raw = (
-            encode_texts(encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label)
+            encode_texts(inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label)
             for texts, label in (
                 ([queries[i] for i in np.concatenate([ev, va])], "queries"),
                 ([documents[j] for j in docs], "documents"),
             )
         )
-        model_desc = encoder.description
+        model_desc = inputs.encoder.description
     else:
         assert pairs.query_emb is not None and pairs.doc_emb is not None
         q_raw = pairs.query_emb[torch.as_tensor(np.concatenate([ev, va]))]
         d_raw = pairs.doc_emb[torch.as_tensor(docs)]
         model_desc = cfg.model
     encode_s = time.perf_counter() - t_enc
-    n_texts = q_raw.shape[0] + d_raw.shape[0]
     if q_raw.shape[1] != d_raw.shape[1]:
         raise ValueError(f"model: queries embed to D = {q_raw.shape[1]} but documents to D = {d_raw.shape[1]}")
+    return AuditEmbeddings(queries=q_raw, documents=d_raw, model=model_desc, encode_s=encode_s)
+
+
+@contextmanager
+def open_corpus(
+    documents: Tensor, *, shards: int | None = None, ray: ModuleType | None = None
+) -> Iterator[ShardedSearch]:
+    """Index stage, the engine's seam: the documents as a cosine :class:`ShardedSearch` whose ids are positions.
+
+    The documents are held in float64 (their float32 values exactly, for the index; normalised in float64
+    for the softmax search), split into ``shards`` contiguous runs of rows.
+
+    Args:
+        documents: ``(M, D)`` document embeddings.
+        shards: number of shards (default: 1 in this process, one per alive node on Ray).
+        ray: a connected ``ray`` module (:func:`contrastlab.scale.cluster.ray_session`): one actor per shard;
+            ``None``: the shards are held in this process.
+
+    Yields:
+        The corpus; Ray actors are ended when the block ends.
+    """
+    if shards is not None:
+        check_int("shards", shards, 1)
+    docs64 = documents.detach().cpu().double().numpy()
+    if ray is None:
+        corpus = ShardedSearch.local(_split_rows(docs64, shards or 1), metric="cosine")
+    else:
+        from contrastlab.scale.sharded_search import ray_sharded_search
+
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        corpus = ray_sharded_search(_split_rows(docs64, shards or max(1, nodes)), metric="cosine", ray=ray)
+    try:
+        yield corpus
+    finally:
+        corpus.close()
+
+
+@contextmanager
+def _engine_session(engine: str, address: str | None, temp_dir: Path) -> Iterator[ModuleType | None]:
+    """``None`` for the local engine; for Ray, a session (connected, or embedded and stopped after)."""
+    if engine == "local":
+        if address is not None:
+            raise ValueError(f"--address {address}: an address needs --engine ray")
+        yield None
+        return
+    from contrastlab.scale.cluster import ray_session
+
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    with ray_session(address, temp_dir=temp_dir) as ray:
+        yield ray
+
+
+def _split_rows(docs: np.ndarray, shards: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``shards`` contiguous runs of rows with their positions as ids (at most one shard per row)."""
+    rows = np.array_split(np.arange(docs.shape[0]), min(shards, docs.shape[0]))
+    return [(r, docs[r]) for r in rows]
+
+
+def audit(
+    config: AuditConfig | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    engine: str = "local",
+    shards: int | None = None,
+    address: str | None = None,
+) -> dict[str, Any]:
+    """Audit an embedding model as a similarity-search engine; write results.json, figures and the report.
+
+    Args:
+        config: what to audit (:class:`~contrastlab.audit.config.AuditConfig`; default: the bundled MiniLM
+            on the standard-library docstring corpus).
+        out_dir: the output folder (created; default ``runs/audit-TIMESTAMP``).
+        engine: where the document corpus is searched (:func:`open_corpus`): ``"local"`` or ``"ray"``;
+            the results are the same (exact merges; float64 sums in another grouping differ by rounding).
+        shards: number of document shards (default 1 locally, one per Ray node).
+        address: ``HOST:PORT`` of a running Ray cluster for ``engine="ray"`` (default: the current
+            connection, or an embedded Ray started for the audit, its temp files beside ``out_dir``, and
+            stopped after it).
+
+    Returns:
+        The dictionary written to ``results.json`` (plus ``out_dir``).
+
+    Raises:
+        ValueError: bad input — a missing model or pairs file, bad file content, a model whose output is
+            not a 2-D embedding, an unknown engine — named in the message; nothing is written then.
+    """
+    cfg = config or AuditConfig()
+    check_choice("engine", engine, ENGINES)
+    out = Path(out_dir) if out_dir is not None else Path("runs") / f"audit-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    started = _dt.datetime.now(_dt.timezone.utc)
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    if shards is not None:
+        check_int("shards", shards, 1)
+    stages: dict[str, float] = {}
+
+    with _engine_session(engine, address, out.parent) as ray:  # an unreachable address fails first
+        stages["engine_s"] = time.perf_counter() - t0
+        t = time.perf_counter()
+        inputs = load_inputs(cfg, rng)
+        stages["inputs_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        emb = embed(inputs, cfg)
+        stages["store_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        with open_corpus(emb.documents, shards=shards, ray=ray) as corpus:
+            stages["index_s"] = time.perf_counter() - t
+            num_shards = corpus.num_shards
+            t = time.perf_counter()
+            found = _diagnose(inputs, emb, corpus, cfg, rng, gen)
+            stages["diagnostics_s"] = time.perf_counter() - t
+    timing = {
+        "encode_s": emb.encode_s,
+        "texts": emb.queries.shape[0] + emb.documents.shape[0],
+        "diagnostics_s": stages["diagnostics_s"],
+        "stages": stages,
+        "engine": {"name": engine, "shards": num_shards, "address": address},
+    }
+    return _report(cfg, inputs, emb, found, timing, out, started, t0)
+
+
+@dataclass(frozen=True)
+class _Found:
+    """What the diagnostics stage measured (the report stage's input)."""
+
+    ret: diag.RetrievalResult
+    geo: dict[str, float]
+    tau: float
+    curve: list[tuple[float, float]]
+    ce_ci: Any
+    search: dict[str, float]
+    risk: dict[str, Any]
+    tails: Any
+    n_tail_pairs: int
+    norms: np.ndarray
+    q_texts: list[str] | None
+    nd: dict[str, Any]
+    fit_on: str
+
+
+def _diagnose(
+    inputs: AuditInputs,
+    emb: AuditEmbeddings,
+    corpus: ShardedSearch,
+    cfg: AuditConfig,
+    rng: np.random.Generator,
+    gen: torch.Generator,
+) -> _Found:
+    """Diagnostics stage: every measurement; the whole-corpus passes go through ``corpus``."""
+    pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
+    q_raw, d_raw = emb.queries, emb.documents
+    doc_pos = np.full(int(docs.max()) + 1, -1, dtype=np.int64)
+    doc_pos[docs] = np.arange(docs.size)
     q_eval, q_valid = q_raw[: ev.size], q_raw[ev.size :]
     rel_eval, rel_valid = doc_pos[pairs.doc_of[ev]], doc_pos[pairs.doc_of[va]]
     fit_on = "valid"
     if q_valid.shape[0] == 0:  # tiny inputs: fit τ on the audited queries themselves (said in the summary)
         q_valid, rel_valid, fit_on = q_eval, rel_eval, "audited"
 
-    # ---- diagnostics
-    t_diag = time.perf_counter()
-    ret = diag.retrieval(q_eval, d_raw, rel_eval, cfg.ks)
+    ret = diag.retrieval(q_eval, corpus, rel_eval, cfg.ks)
     geo = diag.geometry(q_eval, d_raw, rel_eval, sample=cfg.uniformity_sample, generator=gen)
     q_eval_u = torch.nn.functional.normalize(q_eval.double(), dim=1)
     q_valid_u = torch.nn.functional.normalize(q_valid.double(), dim=1)
     d_u = torch.nn.functional.normalize(d_raw.double(), dim=1)
-    tau, curve = diag.fit_temperature(q_valid_u, d_u, rel_valid, tau_min=cfg.tau_min, tau_max=cfg.tau_max)
-    ce_eval = diag.held_out_cross_entropy(q_eval_u, d_u, rel_eval, tau)
+    tau, curve = diag.fit_temperature(q_valid_u, corpus, rel_valid, tau_min=cfg.tau_min, tau_max=cfg.tau_max)
+    ce_eval = diag.held_out_cross_entropy(q_eval_u, corpus, rel_eval, tau)
     ce_ci = mean_ci(ce_eval)
-    search = diag.softmax_search_summary(q_eval_u, d_u, tau)
+    search = diag.softmax_search_summary(q_eval_u, corpus, tau)
     risk = diag.risk_curve(q_eval_u, d_u, rel_eval, temperature=cfg.risk_temperature, k_max=cfg.k_max, generator=gen)
     n_tail_pairs = min(ev.size, cfg.tail_anchors) * (min(docs.size, cfg.tail_documents) - 1)
     tails = (  # a 0.99-quantile threshold needs ≥ 1,000 negative pairs for its 10 exceedances
@@ -141,7 +330,7 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
         if n_tail_pairs >= _MIN_TAIL_PAIRS
         else None
     )
-    log_z = log_partition(q_eval_u, d_u, temperature=tau).numpy()
+    log_z = corpus.log_partition(q_eval_u, temperature=tau).numpy()
     softmax_top1 = np.exp(ret.top1_score / tau - log_z)  # P_τ(first-ranked document | q)
     norms = q_eval.double().norm(dim=1).numpy()
     q_texts = [pairs.queries[i] for i in ev] if pairs.queries is not None else None
@@ -154,9 +343,33 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
         n_boot=cfg.n_boot,
         rng=rng,
     )
-    diagnostics_s = time.perf_counter() - t_diag
+    return _Found(ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on)
 
-    # ---- results
+
+def _report(
+    cfg: AuditConfig,
+    inputs: AuditInputs,
+    emb: AuditEmbeddings,
+    found: _Found,
+    timing: dict[str, Any],
+    out: Path,
+    started: _dt.datetime,
+    t0: float,
+) -> dict[str, Any]:
+    """Report stage: summary, tables, figures and the run folder, written atomically."""
+    import contrastlab
+    from contrastlab.host import host_info
+    from contrastlab.io import to_jsonable, write_json_atomic
+    from contrastlab.report import write_report
+
+    t_report = time.perf_counter()
+    pairs, ev, docs = inputs.pairs, inputs.eval_pairs, inputs.documents
+    ret, geo, tau, curve, ce_ci, search = found.ret, found.geo, found.tau, found.curve, found.ce_ci, found.search
+    risk, tails, n_tail_pairs, nd = found.risk, found.tails, found.n_tail_pairs, found.nd
+    norms, q_texts, fit_on = found.norms, found.q_texts, found.fit_on
+    model_desc, encode_s = emb.model, emb.encode_s
+    n_texts = timing["texts"]
+
     m = ret.metrics
     k_first = min(cfg.ks)
     mrr_key = diag.mrr_key(cfg.ks)
@@ -283,7 +496,7 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
         },
         "risk_curve": risk,
         "temperature_curve": curve,
-        "timing": {"encode_s": encode_s, "texts": n_texts, "diagnostics_s": diagnostics_s},
+        "timing": timing,
         "config": asdict(cfg),
         "version": contrastlab.__version__,
         "timestamp": started.isoformat(timespec="seconds"),
@@ -291,7 +504,7 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
         "argv": list(sys.argv),
     }
 
-    # ---- write: stage in a temporary folder beside out, then move in
+    # stage in a temporary folder beside out, then move in
     out.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -314,6 +527,7 @@ def audit(config: AuditConfig | None = None, out_dir: str | Path | None = None) 
             {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and top-1 correctness."},
         ]
         results["figures"] = [f for f in results["figures"] if (stage / f["file"]).is_file()]
+        timing["stages"]["report_s"] = time.perf_counter() - t_report  # up to the files' writing
         results["runtime_s"] = time.perf_counter() - t0
         write_json_atomic(stage / "results.json", results)
         write_report([stage], stage)

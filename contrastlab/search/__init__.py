@@ -5,6 +5,8 @@
 - Softmax search (Whiteley eqs 4–6): :func:`log_partition`, :func:`log_prob`, :func:`sample`,
   :func:`cross_entropy`, :func:`entropy`, all streamed over corpus blocks; :func:`topk_log_partition`
   bounds ``log Z`` from the top-k.
+- :class:`ShardedSearch` — the same exact search and softmax search over a corpus split into shards
+  (in this process, or one Ray actor per shard), merged exactly.
 - Retrieval metrics: :func:`recall_at_k`, :func:`precision_at_1`, :func:`map_at_r`, :func:`r_precision`,
   :func:`average_precision`, :func:`mrr`, :func:`ndcg_at_k`, :func:`evaluate_retrieval`.
 """
@@ -22,6 +24,7 @@ from contrastlab.search.metrics import (
     recall_at_k,
 )
 from contrastlab.search.mining import MinedNegatives, mine_hard_negatives, per_anchor_negatives
+from contrastlab.search.sharded import ShardedSearch
 from contrastlab.search.softmax import (
     NpyBlocks,
     SoftmaxSearch,
@@ -41,6 +44,7 @@ __all__ = [
     "EmbeddingIndex",
     "IndexFormatError",
     "SearchResult",
+    "ShardedSearch",
     "NpyBlocks",
     "SoftmaxSearch",
     "TopKLogPartition",

@@ -47,6 +47,7 @@ from contrastlab._checks import check_positive_float, check_real
 from contrastlab.io import atomic_path
 from contrastlab.npyfile import NpyFormatError, load_npz
 from contrastlab.search.index import EmbeddingIndex, _int_vector, _normalized, _positive_int, as_float32_matrix
+from contrastlab.search.sharded import ShardedSearch
 from contrastlab.search.softmax import log_partition
 
 __all__ = [
@@ -279,7 +280,7 @@ def _optional_real(name: str, value: float | None, *, nonnegative: bool = False)
 
 
 def mine_hard_negatives(
-    index: EmbeddingIndex,
+    index: EmbeddingIndex | ShardedSearch,
     anchors: Tensor | np.ndarray,
     positives: Tensor | np.ndarray,
     *,
@@ -309,7 +310,9 @@ def mine_hard_negatives(
         anchors, positives: ``(N, D)``; exclude_ids: ``(N,)`` or ``(N, P)``. Results: ``(N, num_negatives)``.
 
     Args:
-        index: the corpus (any kind; exact with ``"flat"``).
+        index: the corpus (any kind; exact with ``"flat"``), or a
+            :class:`~contrastlab.search.sharded.ShardedSearch` over shards (exact; equal candidates are
+            taken by ascending id).
         anchors: anchor embeddings, by the same encoder as the corpus.
         positives: each anchor's positive embedding (for the margins; with several positives, the one
             of lowest score, as sentence-transformers takes).
@@ -344,8 +347,8 @@ def mine_hard_negatives(
             relative margin, a non-finite score bound, ``min_score > max_score``, ``max_probability``
             outside (0, 1], τ ≤ 0, an unknown ``sampling``.
     """
-    if not isinstance(index, EmbeddingIndex):
-        raise TypeError(f"index must be an EmbeddingIndex, got {type(index).__name__}")
+    if not isinstance(index, (EmbeddingIndex, ShardedSearch)):
+        raise TypeError(f"index must be an EmbeddingIndex or a ShardedSearch, got {type(index).__name__}")
     if index.ntotal == 0:
         raise ValueError("index is empty; add the corpus before mining")
     a = as_float32_matrix("anchors", anchors, dim=index.dim)
@@ -387,7 +390,7 @@ def mine_hard_negatives(
     scores = np.full((n, k), np.nan, dtype=np.float32)
     log_prob = None if max_probability is None else np.full((n, k), np.nan, dtype=np.float64)
     pos_scores = np.einsum("nd,nd->n", a, p).astype(np.float32)  # (N,)
-    corpus = _IndexBlocks(index, block_size)
+    corpus = _IndexBlocks(index, block_size) if isinstance(index, EmbeddingIndex) else None
     log_cap = None if max_probability is None else math.log(max_probability)
     rng = random.Random(seed)
     k_search = min(c + (0 if excl is None else excl.shape[1]), index.ntotal)  # the positives included
@@ -396,7 +399,11 @@ def mine_hard_negatives(
         res = index.search(a[s:e], k_search, batch_size=batch_size)
         lp = None
         if log_cap is not None:
-            log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
+            if corpus is None:  # a sharded corpus: the merged log-partition of its shards
+                assert isinstance(index, ShardedSearch)
+                log_z = index.log_partition(a[s:e], temperature=tau, block_size=block_size).numpy()
+            else:
+                log_z = log_partition(torch.from_numpy(a[s:e]), corpus, temperature=tau, block_size=block_size).numpy()
             lp = res.scores.astype(np.float64) / tau - log_z[:, None]
         block = negatives_from_candidates(
             res.ids, res.scores, pos_scores[s:e], num_negatives=k, candidates=c,

@@ -47,6 +47,7 @@ __all__ = [
     "cross_entropy",
     "entropy",
     "topk_log_partition",
+    "item_logits_and_log_partition",
 ]
 
 Corpus = Tensor | np.ndarray | Iterable[Tensor | np.ndarray]
@@ -353,26 +354,42 @@ def log_prob(
     it2 = it[:, None] if squeeze else it
     if it2.ndim != 2:
         raise ValueError(f"items must have shape (Q,) or (Q, M), got {tuple(it.shape)}")
+    picked, log_z, n = item_logits_and_log_partition(queries, corpus, it2, scale=s, block_size=block_size)
+    if int(it2.min()) < 0 or int(it2.max()) >= n:
+        raise ValueError(f"items must lie in [0, N) = [0, {n}), got range [{int(it2.min())}, {int(it2.max())}]")
+    out = picked - log_z[:, None]
+    return out[:, 0] if squeeze else out
+
+
+def item_logits_and_log_partition(
+    queries: Tensor | np.ndarray, corpus: Corpus, items: Tensor, *, scale: float, block_size: int | None = None
+) -> tuple[Tensor, Tensor, int]:
+    """The logits of given corpus rows and the log-partition, gathered in one streamed pass.
+
+    The two halves of :func:`log_prob` (which subtracts them), kept apart so that a corpus split into
+    shards can combine its shards' log-partitions before subtracting.
+
+    Shape:
+        queries: ``(Q, D)``; items: ``(Q, M)`` integer row positions. Returns ``(Q, M)`` and ``(Q,)`` float64
+        and ``N``; an item outside ``[0, N)`` gets logit 0 (the caller checks the range).
+    """
     lse = _OnlineLSE()
     picked: Tensor | None = None
     start = 0
-    for x in _search_logits(SoftmaxSearch(queries, corpus, s), block_size, None, "search"):
-        if it2.shape[0] != x.shape[0]:
-            raise ValueError(f"items has {it2.shape[0]} rows but queries has Q = {x.shape[0]}")
-        it2 = it2.to(x.device)
+    for x in _search_logits(SoftmaxSearch(queries, corpus, scale), block_size, None, "search"):
+        if items.shape[0] != x.shape[0]:
+            raise ValueError(f"items has {items.shape[0]} rows but queries has Q = {x.shape[0]}")
+        items = items.to(x.device)
         if picked is None:
-            picked = torch.zeros(it2.shape, dtype=torch.float64, device=x.device)
+            picked = torch.zeros(items.shape, dtype=torch.float64, device=x.device)
         stop = start + x.shape[1]
-        inside = (it2 >= start) & (it2 < stop)
-        vals = x.gather(1, (it2 - start).clamp(0, x.shape[1] - 1)).double()
+        inside = (items >= start) & (items < stop)
+        vals = x.gather(1, (items - start).clamp(0, x.shape[1] - 1)).double()
         picked = torch.where(inside, vals, picked)
         lse.update(x)
         start = stop
-    if int(it2.min()) < 0 or int(it2.max()) >= start:
-        raise ValueError(f"items must lie in [0, N) = [0, {start}), got range [{int(it2.min())}, {int(it2.max())}]")
     assert picked is not None
-    out = picked - lse.logsumexp()[:, None]
-    return out[:, 0] if squeeze else out
+    return picked, lse.logsumexp(), start
 
 
 def sample(

@@ -136,22 +136,22 @@ def test_bad_input_is_named_before_any_search(kw, exc, match):
         mine_hard_negatives(args.pop("index"), args.pop("anchors"), args.pop("positives"), **args)
 
 
-def test_agrees_with_sentence_transformers():
-    """sentence-transformers' mine_hard_negatives on the same embeddings (a lookup-table model).
+def sentence_transformers_negatives(corpus, anchors, pos, *, k, range_max, margin):
+    """sentence-transformers' ``mine_hard_negatives`` on these embeddings: anchor → its k negative corpus rows.
 
-    Its corpus is the de-duplicated positives + corpus texts, the anchor's positive is masked, an item
-    is dropped when ``score + absolute_margin > positive score``, and the top ``num_negatives`` of the
-    first ``range_max`` candidates are kept ("top" sampling); "n-tuple" output drops anchors with
-    fewer. Ours with ``candidates = range_max`` and ``margin = absolute_margin`` must give the same.
+    A lookup-table model maps text "c{j}" to ``corpus[j]`` and "a{i}" to ``anchors[i]``. Its corpus is the
+    de-duplicated positives + corpus texts, the anchor's positive is masked, an item is dropped when
+    ``score + absolute_margin > positive score``, and the top ``num_negatives`` of the first ``range_max``
+    candidates are kept ("top" sampling); "n-tuple" output drops anchors with fewer.
     """
     pytest.importorskip("datasets")
     st = pytest.importorskip("sentence_transformers")
     from datasets import Dataset
     from sentence_transformers.util import mine_hard_negatives as st_mine
 
-    index, corpus, anchors, pos = _world(4)
+    n, m, d = anchors.shape[0], corpus.shape[0], corpus.shape[1]
     table = torch.cat([corpus, anchors])  # text "c{j}" → corpus[j], "a{i}" → anchors[i]
-    names = {f"c{j}": j for j in range(M)} | {f"a{i}": M + i for i in range(N)}
+    names = {f"c{j}": j for j in range(m)} | {f"a{i}": m + i for i in range(n)}
 
     class Lookup(torch.nn.Module):
         def __init__(self):
@@ -166,19 +166,25 @@ def test_agrees_with_sentence_transformers():
             return features
 
         def get_sentence_embedding_dimension(self):
-            return D
+            return d
 
     model = st.SentenceTransformer(modules=[Lookup()], device="cpu")
-    data = Dataset.from_dict({"anchor": [f"a{i}" for i in range(N)], "positive": [f"c{int(j)}" for j in pos]})
-    k, range_max, margin = 4, 10, 0.03
+    data = Dataset.from_dict({"anchor": [f"a{i}" for i in range(n)], "positive": [f"c{int(j)}" for j in pos]})
     out = st_mine(
-        data, model, corpus=[f"c{j}" for j in range(M)], num_negatives=k, range_max=range_max,
+        data, model, corpus=[f"c{j}" for j in range(m)], num_negatives=k, range_max=range_max,
         absolute_margin=margin, sampling_strategy="top", output_format="n-tuple", verbose=False,
     )  # fmt: skip
+    return {int(r["anchor"][1:]): [int(r[f"negative_{j + 1}"][1:]) for j in range(k)] for r in out}
+
+
+def test_agrees_with_sentence_transformers():
+    """Ours with ``candidates = range_max`` and ``margin = absolute_margin`` gives sentence-transformers' negatives."""
+    index, corpus, anchors, pos = _world(4)
+    k, range_max, margin = 4, 10, 0.03
+    theirs = sentence_transformers_negatives(corpus, anchors, pos, k=k, range_max=range_max, margin=margin)
     ours = mine_hard_negatives(
         index, anchors, corpus[pos], num_negatives=k, candidates=range_max, exclude_ids=pos, margin=margin
     )
-    theirs = {int(r["anchor"][1:]): [int(r[f"negative_{j + 1}"][1:]) for j in range(k)] for r in out}
     assert 0 < len(theirs) < N  # the margin left some anchors short: both drop the same ones
     assert set(theirs) == set(np.flatnonzero(ours.complete).tolist())
     for i, negs in theirs.items():
