@@ -417,7 +417,11 @@ class EmbeddingIndex:
             raise ValueError(f"start, stop must satisfy 0 <= start <= stop <= {self.ntotal}, got {start}, {stop}")
         if stop == start:
             return np.empty((0, self.dim), dtype=np.float32)
-        return self._index.reconstruct_n(start, stop - start)
+        # into a numpy buffer: with faiss.contrib.torch_utils imported (by any package in the process)
+        # reconstruct_n would otherwise return a torch tensor
+        out = np.empty((stop - start, self.dim), dtype=np.float32)
+        self._index.reconstruct_n(start, stop - start, out)
+        return out
 
     def recall(self, queries: Tensor | np.ndarray, k: int = 10) -> float:
         """Recall of this index's top-``k`` against exact search over the same vectors.

@@ -206,7 +206,7 @@ def test_cli_overrides_parse_the_same_with_or_without_the_model(
 
     seen: list[AuditConfig] = []
 
-    def fake_audit(cfg: AuditConfig, out: Path) -> dict:
+    def fake_audit(cfg: AuditConfig, out: Path, **engine: object) -> dict:
         seen.append(cfg)
         return {"tables": [], "summary": ""}
 

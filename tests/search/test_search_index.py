@@ -195,3 +195,22 @@ def test_errors_name_the_argument():
         EmbeddingIndex(0)
     with pytest.raises(ValueError, match="^embeddings: IVF with nlist = 10"):
         EmbeddingIndex(4, kind="ivf", nlist=10).add(np.eye(4, dtype=np.float32))
+
+
+def test_vectors_are_numpy_with_faiss_torch_utils_imported() -> None:
+    """pytorch-metric-learning imports ``faiss.contrib.torch_utils``, which makes reconstruct_n return tensors."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import faiss.contrib.torch_utils, numpy as np\n"
+        "from contrastlab.search import EmbeddingIndex\n"
+        "x = np.random.default_rng(0).standard_normal((20, 8)).astype(np.float32)\n"
+        "index = EmbeddingIndex(8, metric='ip', kind='flat'); index.add(x)\n"
+        "v = index.vectors(3, 9)\n"
+        "assert type(v) is np.ndarray and np.array_equal(v, x[3:9]), type(v)\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
