@@ -100,15 +100,10 @@ def test_the_mine_command_exists() -> None:
 def test_every_train_command_of_the_readme_loads_its_config_with_its_overrides() -> None:
     trains = [c for c in _commands() if c[0] == "train"]
     assert trains
+    _, subs = cli._build_parser()
     for words in trains:
         config, rest = words[1], words[2:]
-        overrides = []
-        i = 0
-        while i < len(rest):  # --out DIR is the command's own; the rest are config fields
-            if rest[i] == "--out":
-                i += 2
-                continue
-            overrides += rest[i : i + 2]
-            i += 2
+        # the command's own options (--out, --engine, --workers, ...) as its parser knows them; the rest are fields
+        _, overrides = cli._split_overrides(subs["train"], rest)
         job = cli._load_job(str(REPO / config), overrides)
         assert job is not None
