@@ -114,7 +114,7 @@ def _torchrun(cfg: Path, out: Path, *extra: str) -> list[str]:
 def test_two_rank_run_stopped_part_way_resumes_to_the_uninterrupted_weights(tmp_path):
     """SIGTERM a 2-rank torchrun run after its first checkpoint, resume it with --resume on 2 ranks: same weights.
 
-    Every rank loads the checkpoint rank 0 wrote (the resume path used to hold only on rank 0), restores the
+    Every rank loads the checkpoint rank 0 wrote (not only rank 0: the other ranks have no metrics file), restores the
     optimiser, schedule and RNG states, and replays the remaining steps: the gloo all-reduce of 2 ranks sums in a
     fixed order, so the resumed run is the uninterrupted one bit for bit.
     """
