@@ -362,7 +362,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit.text_model import TextModelSource
     from contrastlab.scale.cluster import Engine
     from contrastlab.scale.corpus import TextCorpus
-    from contrastlab.scale.encode import encode_corpus
+    from contrastlab.scale.encode import default_task_rows, encode_corpus
     from contrastlab.search.index import _progress
     from contrastlab.search.store import StoreError
 
@@ -378,7 +378,9 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
             raise UsageError(f"encode: {flag} must be at least 1, got {value}")
     try:
         engine = Engine(args.engine, args.address)
-        corpus = TextCorpus.scan(args.corpus, stride=args.shard_rows)  # bad input fails before the model loads
+        corpus = TextCorpus.scan(
+            args.corpus, stride=default_task_rows(args.shard_rows, args.batch_size)
+        )  # fails before the model loads
     except ValueError as e:
         flag = "" if str(e).startswith(("--address", "engine")) else "--corpus "
         raise UsageError(f"encode: {flag}{' '.join(str(e).split())}") from None
