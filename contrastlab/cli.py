@@ -417,6 +417,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.mine import MineConfig, mine_pairs
+    from contrastlab.scale.cluster import Engine
     from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     overrides: dict[str, Any] = dict(parse_overrides(rest))
@@ -427,7 +428,8 @@ def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["progress"] = False
     cfg = apply_overrides(MineConfig(), overrides)
     try:
-        summary = mine_pairs(cfg, args.out)
+        engine = Engine(args.engine, args.address)
+        summary = mine_pairs(cfg, args.out, engine=engine, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument
         raise UsageError(f"mine: {' '.join(str(e).split())}") from None
     print(
@@ -691,6 +693,12 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
     p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument(
+        "--shards", type=int, default=None, help="document shards with --engine ray (default: one per Ray node)"
+    )
     subs["mine"] = p
 
     p = sub.add_parser(
