@@ -71,6 +71,10 @@ PREDICTED: dict[str, str] = {
 VERDICTS = ("shown", "opposite", "not shown", "not measured")
 """What :func:`verdict` can say."""
 
+MIN_CLASS = 10
+"""An AUROC is not measured with fewer right (or wrong) queries than this: with a handful of one class,
+resamples repeat the same few and the percentile interval collapses onto them."""
+
 _CHUNK = 64  # bootstrap resamples solved at once: bounds memory to 64 × n × (1 + covariates) floats
 
 
@@ -262,7 +266,7 @@ def auroc_bootstrap(
     """The AUROC of ``scores`` for ``correct`` (:func:`contrastlab.eval.calibration.auroc`) with a bootstrap interval.
 
     Resamples of queries holding one class only are dropped. NaN (and a NaN interval) when the sample
-    itself holds one class only.
+    holds fewer than :data:`MIN_CLASS` of either class.
     """
     _check_boot(n_boot, confidence)
     s = _vector("scores", scores)
@@ -270,7 +274,7 @@ def auroc_bootstrap(
     if not np.isin(c, (0.0, 1.0)).all():
         raise ValueError("correct must hold only 0 and 1")
     n = s.shape[0]
-    if not 0 < c.sum() < n:
+    if min(c.sum(), n - c.sum()) < MIN_CLASS:
         return Estimate(float("nan"), float("nan"), float("nan"), n)
     value = auroc(s, c)
     boots = np.empty(n_boot)

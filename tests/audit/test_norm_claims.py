@@ -90,8 +90,10 @@ def test_auroc_bootstrap_is_the_mann_whitney_auroc_and_a_loop_of_resamples() -> 
     assert (est.low, est.high) == pytest.approx(tuple(np.quantile(boots, [0.025, 0.975])), abs=1e-12)
 
 
-def test_auroc_with_one_class_is_not_measured() -> None:
-    est = nc.auroc_bootstrap(np.arange(5.0), np.ones(5), n_boot=10, rng=np.random.default_rng(0))
+@pytest.mark.parametrize("right", [0, 1, nc.MIN_CLASS - 1, 50 - nc.MIN_CLASS + 1, 50])
+def test_auroc_with_too_few_of_a_class_is_not_measured(right: int) -> None:
+    correct = (np.arange(50) < right).astype(float)
+    est = nc.auroc_bootstrap(np.arange(50.0), correct, n_boot=10, rng=np.random.default_rng(0))
     assert math.isnan(est.value) and nc.verdict(est, null=0.5) == "not measured"
 
 
