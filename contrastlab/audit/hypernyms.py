@@ -9,13 +9,13 @@ for the norm audit and checked by hand against these rules:
   word where it has several (``apple`` the fruit, ``jet`` the aircraft);
 * every word occurs in one pair only, so the pairs are independent units for a bootstrap or sign test
   (no general word is shared by several specific ones);
-* the specific word is the *shorter* one in about a third of the pairs (``oak``/``tree``, ``ant``/``insect``),
-  so that length does not line up with specificity; the audit still adjusts for length (characters
-  and tokens), since a mean-pooled norm tracks it;
+* the specific word is the *shorter* one in 52 of the 120 pairs (``oak``/``tree``, ``ant``/``insect``) and
+  as long in 12, so that length does not line up with specificity; the audit still adjusts for length
+  (characters and tokens), since a mean-pooled norm tracks it;
 * topics are spread: animals, plants, food, objects, people, places, events, abstractions.
 
-Specific words are on the whole rarer than their general words (``wordfreq``: the general word is more
-frequent in most pairs), so frequency and specificity are confounded; the audit reports the comparison
+Specific words are on the whole rarer than their general words (``wordfreq``: the specific word is the
+rarer in 82 of the 120 pairs), so frequency and specificity are confounded; the audit reports the comparison
 adjusted for length alone and for length and frequency.
 """
 
