@@ -25,12 +25,29 @@ from typing import Any
 import numpy as np
 
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.norm_claims import PREDICTED, ClaimResult, Estimate, assess_frequency, assess_specificity
+from contrastlab.audit.norm_claims import (
+    PREDICTED,
+    STATISTICS,
+    ClaimResult,
+    Estimate,
+    assess_frequency,
+    assess_specificity,
+)
 from contrastlab.audit.norm_claims import assess_uncertainty as _assess_uncertainty
 
 __all__ = ["WordSet", "NormClaims", "load_words", "measure", "section"]
 
 CLAIMS = ("frequency", "specificity", "uncertainty")
+
+_DETAILS = {  # the report's names of each claim's other statistics
+    "spearman": "ρ(norm, Zipf)",
+    "partial_chars": "ρ(norm, Zipf | chars)",
+    "partial_tokens": "ρ(norm, Zipf | tokens)",
+    "mean_log_ratio": "Δ log-norm, unadjusted",
+    "sign_fraction": "share of pairs with specific > general",
+    "adjusted_length_frequency": "Δ log-norm at equal chars, tokens and Zipf",
+    "auroc_softmax": "AUROC(softmax top-1 probability → right top-1)",
+}
 
 
 @dataclass(frozen=True)
@@ -118,9 +135,10 @@ def _constant(norms: np.ndarray) -> bool:
     return float(norms.max() - norms.min()) <= 1e-6 * float(norms.max())
 
 
-def _not_measured(claim: str, statistic: str, null: float, why: str) -> ClaimResult:
+def _not_measured(claim: str, why: str) -> ClaimResult:
     nan = float("nan")
-    return ClaimResult(claim, f"{statistic} ({why})", Estimate(nan, nan, nan, 0), null, "not measured")
+    null = 0.5 if claim == "uncertainty" else 0.0
+    return ClaimResult(claim, f"{STATISTICS[claim]} — {why}", Estimate(nan, nan, nan, 0), null, "not measured")
 
 
 def _frequency_on(
@@ -132,7 +150,7 @@ def _frequency_on(
     kept = [texts[i] for i in keep]
     if keep.size < 5 or _constant(norms[keep]):
         why = "norms are constant" if keep.size >= 5 else f"{keep.size} items with a known word"
-        return _not_measured("frequency", "Spearman ρ(norm, Zipf) with characters and tokens held fixed", 0.0, why)
+        return _not_measured("frequency", why)
     return assess_frequency(
         norms[keep],
         zipf[keep],
@@ -178,17 +196,15 @@ def measure(
 
     query_norms = np.asarray(query_norms, dtype=np.float64)
     if _constant(query_norms):
-        uncertainty = _not_measured(
-            "uncertainty", "AUROC of the query norm for a right top-1", 0.5, "norms are constant"
-        )
+        uncertainty = _not_measured("uncertainty", "norms are constant")
     else:
         uncertainty = _assess_uncertainty(query_norms, softmax_top1, correct_top1, n_boot=cfg.n_boot, rng=rng)
     if encoder is None or words is None:
         why = "no text model: the model is given as embeddings"
         return NormClaims(
             claims={
-                "frequency": _not_measured("frequency", "Spearman ρ(norm, Zipf), length held fixed", 0.0, why),
-                "specificity": _not_measured("specificity", "paired log-norm difference at equal length", 0.0, why),
+                "frequency": _not_measured("frequency", why),
+                "specificity": _not_measured("specificity", why),
                 "uncertainty": uncertainty,
             },
             queries_frequency=None,
@@ -202,9 +218,7 @@ def measure(
     pair_norms = _embed_norms(encoder, specific + general, cfg, "specificity pairs")
     ns, ng = pair_norms[: len(specific)], pair_norms[len(specific) :]
     if _constant(pair_norms):
-        specificity = _not_measured(
-            "specificity", "paired log-norm difference at equal length", 0.0, "norms are constant"
-        )
+        specificity = _not_measured("specificity", "norms are constant")
     else:
         toks = token_counts(encoder, specific + general).astype(np.float64)
         zipf, _ = zipf_frequencies(specific + general)
@@ -239,33 +253,21 @@ def section(found: NormClaims) -> dict[str, Any]:
         ``{"table", "summary", "metrics", "results"}``.
     """
     rows: list[list[Any]] = []
-    for name in CLAIMS:
-        c = found.claims[name]
-        rows.append(
-            [name, c.statistic, c.estimate.value, c.estimate.low, c.estimate.high, c.estimate.n, c.null, c.verdict]
-        )
-        for key, e in c.details.items():
+
+    def add(label: str, c: ClaimResult) -> None:
+        e = c.estimate
+        rows.append([label, c.statistic, e.value, e.low, e.high, e.n, c.null, c.verdict])
+        for key, d in c.details.items():
             null = 0.5 if key in ("sign_fraction", "auroc_softmax") else c.null
-            rows.append([f"  {name}: {key}", "", e.value, e.low, e.high, e.n, null, ""])
+            rows.append(["", _DETAILS.get(key, key), d.value, d.low, d.high, d.n, null, ""])
+
+    for name in CLAIMS:
+        add(name, found.claims[name])
     if found.queries_frequency is not None:
-        q = found.queries_frequency
-        rows.append(
-            [
-                "frequency on the audited queries",
-                q.statistic,
-                q.estimate.value,
-                q.estimate.low,
-                q.estimate.high,
-                q.estimate.n,
-                0.0,
-                q.verdict,
-            ]
-        )
-        for key, e in q.details.items():
-            rows.append([f"  queries: {key}", "", e.value, e.low, e.high, e.n, 0.0, ""])
+        add("frequency, audited queries", found.queries_frequency)
     table = {
-        "title": "The norm paper's claims (Su, Ren & Veitch 2026): is each shown by this model? "
-        "(95% bootstrap intervals; a claim is shown when its interval excludes the null in the predicted direction)",
+        "title": "The norm paper's claims (Su, Ren & Veitch 2026) on this model: 95% bootstrap intervals; "
+        "shown = the interval excludes the null on the predicted side (ρ > 0, Δ > 0, AUROC > 0.5)",
         "columns": ["claim", "statistic", "value", "low", "high", "n", "null", "verdict"],
         "rows": rows,
     }

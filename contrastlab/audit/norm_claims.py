@@ -46,6 +46,7 @@ from contrastlab.eval.norms import spearman_bootstrap
 
 __all__ = [
     "PREDICTED",
+    "STATISTICS",
     "VERDICTS",
     "Estimate",
     "ClaimResult",
@@ -67,6 +68,13 @@ PREDICTED: dict[str, str] = {
     "uncertainty": "AUROC(norm → right top-1) > 0.5: a larger query norm goes with a right retrieval",
 }
 """The direction each claim is tested in (the module docstring says where each comes from)."""
+
+STATISTICS: dict[str, str] = {
+    "frequency": "ρ(norm, Zipf | chars, tokens)",
+    "specificity": "Δ log-norm, specific − general, at equal chars and tokens",
+    "uncertainty": "AUROC(norm → right top-1)",
+}
+"""The statistic each claim's verdict rests on."""
 
 VERDICTS = ("shown", "opposite", "not shown", "not measured")
 """What :func:`verdict` can say."""
@@ -387,7 +395,7 @@ def assess_frequency(
     }
     return ClaimResult(
         "frequency",
-        "Spearman ρ(norm, Zipf) with characters and tokens held fixed",
+        STATISTICS["frequency"],
         main,
         0.0,
         verdict(main, null=0.0),
@@ -435,7 +443,7 @@ def assess_specificity(
     }
     return ClaimResult(
         "specificity",
-        "mean log‖z_specific‖ − log‖z_general‖ at equal characters and tokens",
+        STATISTICS["specificity"],
         main,
         0.0,
         verdict(main, null=0.0),
@@ -457,6 +465,4 @@ def assess_uncertainty(
     details = {
         "auroc_softmax": auroc_bootstrap(softmax_top1, correct_top1, n_boot=n_boot, confidence=confidence, rng=rng)
     }
-    return ClaimResult(
-        "uncertainty", "AUROC of the query norm for a right top-1", main, 0.5, verdict(main, null=0.5), details
-    )
+    return ClaimResult("uncertainty", STATISTICS["uncertainty"], main, 0.5, verdict(main, null=0.5), details)
