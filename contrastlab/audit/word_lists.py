@@ -113,9 +113,17 @@ def token_counts(encoder: Any, texts: list[str], *, batch_size: int = 1024) -> n
 
     ``encoder`` is anything with a ``tokenize(texts)`` returning an ``attention_mask`` (a
     :class:`~contrastlab.audit.inputs.TextEncoder`, an :class:`~contrastlab.export.runtime.OnnxTextEncoder`).
+
+    Raises:
+        ValueError: naming ``model``, whose tokenizer gives no attention mask.
     """
     out = np.empty(len(texts), dtype=np.int64)
     for s in range(0, len(texts), batch_size):
-        mask = encoder.tokenize(texts[s : s + batch_size])["attention_mask"]
-        out[s : s + batch_size] = np.asarray(mask).sum(axis=1)
+        features = encoder.tokenize(texts[s : s + batch_size])
+        if "attention_mask" not in features:
+            raise ValueError(
+                f"model: {getattr(encoder, 'description', encoder)} gives no attention_mask, so its token counts "
+                "(the length the norm claims hold fixed) are unknown"
+            )
+        out[s : s + batch_size] = np.asarray(features["attention_mask"]).sum(axis=1)
     return out
