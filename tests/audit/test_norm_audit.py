@@ -195,3 +195,32 @@ def test_the_builtin_word_list_spans_the_frequency_range() -> None:
     assert np.all(np.diff(zipf) <= 0.01)  # rank order: frequencies fall (wordfreq rounds them)
     with pytest.raises(ValueError, match="norm_words must be an int in"):
         builtin_words(2)
+
+
+def test_the_word_list_reader_refuses_other_encodings_and_nul_bytes_naming_words(tmp_path: Path) -> None:
+    from contrastlab.audit.word_lists import read_word_list
+
+    (tmp_path / "utf16.txt").write_bytes("cat\ndog\nfish\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=r"^words: .*utf16.txt is in the wrong encoding"):
+        read_word_list(tmp_path / "utf16.txt")
+    (tmp_path / "nul.txt").write_bytes(b"cat\ndo\x00g\nfish\n")
+    with pytest.raises(ValueError, match=r"^words: .*nul.txt line 2: holds a NUL byte"):
+        read_word_list(tmp_path / "nul.txt")
+    (tmp_path / "ok.txt").write_text("  cat \r\ndog\nnew york\n")  # spaces stripped, CRLF, a multi-word text
+    assert read_word_list(tmp_path / "ok.txt") == ["cat", "dog", "new york"]
+
+
+def test_token_counts_are_the_attention_masks_and_a_model_without_one_is_named() -> None:
+    from contrastlab.audit.word_lists import token_counts
+
+    enc = WorldEncoder(WORLDS["shuffled"], "a world")
+    assert token_counts(enc, ["a", "abc", "ab"], batch_size=2).tolist() == [1, 3, 2]
+
+    class NoMask:
+        description = "a maskless model"
+
+        def tokenize(self, texts: list[str]) -> dict[str, np.ndarray]:
+            return {"input_ids": np.ones((len(texts), 2), dtype=np.int64)}
+
+    with pytest.raises(ValueError, match="^model: a maskless model gives no attention_mask"):
+        token_counts(NoMask(), ["a"])
