@@ -73,11 +73,17 @@ class NormClaims:
         claims: ``frequency``, ``specificity``, ``uncertainty`` → result.
         queries_frequency: the frequency statistics on the audited queries (``None`` without text).
         words: provenance of the word list (``None`` without a text model).
+        word_data: per word of the list with a known word: ``norm``, ``zipf``, ``chars``, ``tokens``
+            ``(n,)`` arrays (``None`` when frequency was not measured); for the figure.
+        pair_data: per hypernym pair: ``log_ratio`` (log‖z_specific‖ − log‖z_general‖), ``delta_chars``,
+            ``delta_tokens`` ``(P,)`` arrays (``None`` when specificity was not measured).
     """
 
     claims: dict[str, ClaimResult]
     queries_frequency: ClaimResult | None
     words: dict[str, Any] | None
+    word_data: dict[str, np.ndarray] | None = None
+    pair_data: dict[str, np.ndarray] | None = None
 
 
 def load_words(config: AuditConfig, *, has_text_model: bool) -> WordSet | None:
@@ -143,22 +149,25 @@ def _not_measured(claim: str, why: str) -> ClaimResult:
 
 def _frequency_on(
     norms: np.ndarray, texts: list[str], zipf: np.ndarray, encoder: Any, cfg: AuditConfig, rng: np.random.Generator
-) -> ClaimResult:
+) -> tuple[ClaimResult, dict[str, np.ndarray] | None]:
+    """The frequency claim on the items with a known word, and their ``norm``, ``zipf``, ``chars``, ``tokens``."""
     from contrastlab.audit.word_lists import token_counts
 
     keep = np.flatnonzero(np.isfinite(zipf))
     kept = [texts[i] for i in keep]
     if keep.size < 5 or _constant(norms[keep]):
         why = "norms are constant" if keep.size >= 5 else f"{keep.size} items with a known word"
-        return _not_measured("frequency", why)
-    return assess_frequency(
-        norms[keep],
-        zipf[keep],
-        chars=np.array([len(t) for t in kept], dtype=np.float64),
-        tokens=token_counts(encoder, kept).astype(np.float64),
-        n_boot=cfg.n_boot,
-        rng=rng,
+        return _not_measured("frequency", why), None
+    data = {
+        "norm": norms[keep],
+        "zipf": zipf[keep],
+        "chars": np.array([len(t) for t in kept], dtype=np.float64),
+        "tokens": token_counts(encoder, kept).astype(np.float64),
+    }
+    result = assess_frequency(
+        data["norm"], data["zipf"], chars=data["chars"], tokens=data["tokens"], n_boot=cfg.n_boot, rng=rng
     )
+    return result, data
 
 
 def _embed_norms(encoder: Any, texts: list[str], cfg: AuditConfig, label: str) -> np.ndarray:
@@ -210,35 +219,44 @@ def measure(
             queries_frequency=None,
             words=None,
         )
-    frequency = _frequency_on(
-        _embed_norms(encoder, words.texts, cfg, "words"), words.texts, words.zipf, encoder, cfg, rng
-    )
+    word_norms = _embed_norms(encoder, words.texts, cfg, "words")
+    frequency, word_data = _frequency_on(word_norms, words.texts, words.zipf, encoder, cfg, rng)
 
     specific, general = [s for s, _ in HYPERNYM_PAIRS], [g for _, g in HYPERNYM_PAIRS]
     pair_norms = _embed_norms(encoder, specific + general, cfg, "specificity pairs")
     ns, ng = pair_norms[: len(specific)], pair_norms[len(specific) :]
+    pair_data = None
     if _constant(pair_norms):
         specificity = _not_measured("specificity", "norms are constant")
     else:
         toks = token_counts(encoder, specific + general).astype(np.float64)
         zipf, _ = zipf_frequencies(specific + general)
+        chars = (np.array([len(w) for w in specific], float), np.array([len(w) for w in general], float))
+        tokens = (toks[: len(specific)], toks[len(specific) :])
         specificity = assess_specificity(
             ns,
             ng,
-            chars=(np.array([len(w) for w in specific], float), np.array([len(w) for w in general], float)),
-            tokens=(toks[: len(specific)], toks[len(specific) :]),
+            chars=chars,
+            tokens=tokens,
             zipf=(zipf[: len(specific)], zipf[len(specific) :]),
             n_boot=cfg.n_boot,
             rng=rng,
         )
+        pair_data = {
+            "log_ratio": np.log(ns) - np.log(ng),
+            "delta_chars": chars[0] - chars[1],
+            "delta_tokens": tokens[0] - tokens[1],
+        }
     queries_frequency = None
     if query_texts is not None:
         q_zipf, _ = zipf_frequencies(query_texts)
-        queries_frequency = _frequency_on(query_norms, query_texts, q_zipf, encoder, cfg, rng)
+        queries_frequency, _ = _frequency_on(query_norms, query_texts, q_zipf, encoder, cfg, rng)
     return NormClaims(
         claims={"frequency": frequency, "specificity": specificity, "uncertainty": uncertainty},
         queries_frequency=queries_frequency,
         words=words.provenance,
+        word_data=word_data,
+        pair_data=pair_data,
     )
 
 

@@ -376,6 +376,13 @@ def _norm_claims(
     )
 
 
+def _plot_norm_claims(claims: NormClaims, path: Path, title: str) -> None:
+    from contrastlab.audit.figures import plot_norm_claims
+
+    estimates = {name: claims.claims[name].estimate.value for name in ("frequency", "specificity")}
+    plot_norm_claims(claims.word_data, claims.pair_data, estimates, path, title=title)
+
+
 def _report(
     cfg: AuditConfig,
     inputs: AuditInputs,
@@ -556,6 +563,8 @@ def _report(
         if q_texts is not None and nd["correlations"]:
             freq = diag.word_statistics(q_texts, pairs.queries or q_texts)["log_frequency"]
         plot_norms(norms, freq, ret.correct_top1, stage / "norms.png", title=title)
+        if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
+            _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
         results["figures"] = [
             {
                 "file": "search.png",
@@ -563,6 +572,11 @@ def _report(
             },
             {"file": "tails.png", "caption": "Extreme-value view of the hardest query → document negatives."},
             {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and top-1 correctness."},
+            {
+                "file": "norm_claims.png",
+                "caption": "The norm paper's claims: word norms against frequency by token count, and the "
+                "(specific, general) pairs' log-norm differences against their length difference.",
+            },
         ]
         results["figures"] = [f for f in results["figures"] if (stage / f["file"]).is_file()]
         timing["stages"]["report_s"] = time.perf_counter() - t_report  # up to the files' writing

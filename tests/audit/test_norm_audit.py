@@ -90,6 +90,8 @@ def test_a_model_whose_norm_encodes_frequency_shows_the_frequency_claim(
     assert res["metrics"]["norm_claim_frequency"] == claims["frequency"]["estimate"]["value"]
     assert "frequency shown" in res["summary"]
     assert any(t["title"].startswith("The norm paper's claims") for t in res["tables"])
+    assert (tmp_path / "out-frequency" / "norm_claims.png").stat().st_size > 0
+    assert "norm_claims.png" in [f["file"] for f in res["figures"]]
 
 
 def test_a_model_whose_norm_is_shuffled_shows_no_claim(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,6 +132,7 @@ def test_embeddings_without_a_text_model_leave_frequency_and_specificity_unmeasu
     claims = res["norm_claims"]["claims"]
     assert claims["frequency"]["verdict"] == claims["specificity"]["verdict"] == "not measured"
     assert claims["uncertainty"]["verdict"] in ("shown", "not shown", "opposite")
+    assert "norm_claims.png" not in [f["file"] for f in res["figures"]]  # nothing to draw
 
 
 BAD_WORDS = {
