@@ -263,3 +263,21 @@ def test_a_norm_larger_on_right_retrievals_shows_uncertainty_and_a_random_one_do
         np.concatenate([norms, norms]), np.ones(600), np.repeat([1.0, 0.0], 300), n_boot=300, rng=rng
     )
     assert null.estimate.value == 0.5 and null.verdict == "not shown"
+
+
+def test_a_constant_covariate_changes_nothing() -> None:
+    """Every word one token: the token count is collinear with the intercept and must drop out, not break the fit."""
+    w = _world(300, 40)
+    norms = w["zipf"] + np.random.default_rng(40).normal(0, 1, 300)
+    with_ones = nc.partial_spearman_bootstrap(
+        norms, w["zipf"], {"chars": w["chars"], "tokens": np.ones(300)}, n_boot=50, rng=np.random.default_rng(0)
+    )
+    without = nc.partial_spearman_bootstrap(
+        norms, w["zipf"], {"chars": w["chars"]}, n_boot=50, rng=np.random.default_rng(0)
+    )
+    assert with_ones.value == pytest.approx(without.value, abs=1e-12)
+    assert (with_ones.low, with_ones.high) == pytest.approx((without.low, without.high), abs=1e-12)
+    d = norms - norms.mean() + 0.1
+    assert nc.adjusted_difference(
+        d, {"zero": np.zeros(300)}, n_boot=10, rng=np.random.default_rng(0)
+    ).value == pytest.approx(0.1, abs=1e-12)
