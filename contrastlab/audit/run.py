@@ -14,7 +14,8 @@ The audit runs in five stages, each timed in ``results.json`` (``timing.stages``
    default: exactly the one-process computation), ``engine="ray"`` in one Ray actor per shard
    (``contrastlab.scale.sharded_search``); both run the same per-shard code and exact merges;
 4. **diagnostics** — retrieval, the softmax search, the risk curve, tails and norms, the passes over the
-   whole document set going through the corpus;
+   whole document set going through the corpus; then the norm paper's three claims
+   (:mod:`contrastlab.audit.norm_audit`, which embeds its word list and word pairs here);
 5. **report** — summary, tables and figures, written atomically.
 """
 
