@@ -208,8 +208,11 @@ def info_nce(
             tiled kernel. An int forces the tiled kernel with that tile side (memory
             O((N + K)·D + chunk_size²), any value ≥ 1); for a mean or sum of in-batch InfoNCE / DCL
             its tiles are full-width stripes of ``chunk_size² / N`` rows when those hold at least 64
-            rows (:func:`contrastlab.losses.tiled.stripe_rows`: the same memory, one GEMM fewer). All
-            paths give the same numbers.
+            rows (:func:`contrastlab.losses.tiled.stripe_rows`: the same memory, one GEMM fewer). For
+            that case ``None`` measures the stripe height beyond K = 16,384 (float32): the tile side
+            whose stripe GEMMs run within 10% of the best measured, timed once per process
+            (:mod:`contrastlab.losses.stripe_calibration`). All paths give the same numbers (to
+            rounding: a measured side can differ between processes; pass an int for bit-reproducible runs).
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
             negatives stay local). The result is this rank's share of the global loss
@@ -327,7 +330,7 @@ def info_nce(
             loss = den - num
         elif not symmetric:
             keep = tiled.keeps_logits(reduction, q, k)
-            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
+            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep, like=k_all)
             stripe = None if block is None or keep else tiled.stripe_rows(block, k_all.shape[0])
             if block is None or stripe is not None:  # dense, or tiles as full-width stripes of one tile each
                 lse = tiled.dense_row_lse(
