@@ -187,6 +187,7 @@ def info_nce(
     gather: bool = False,
     positive_mask: Tensor | None = None,
     weights: Tensor | None = None,
+    compiled: bool = False,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -233,6 +234,11 @@ def info_nce(
             ``positive_mask`` and ``weights`` need in-batch or shared negatives and ``symmetric=False``;
             they go through the same dense and tiled kernels (as a log-weight added to each logit), so
             memory stays linear in N + M beyond the (N, M) arrays themselves.
+        compiled: with ``positive_mask`` (in-batch, ``variant="infonce"``, no ``weights``, a mean or sum
+            on the streamed path), make each block's element-wise pass by a function compiled by
+            ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
+            passes, the reference; elsewhere it changes nothing. Opt-in: the first call of each dtype
+            pays the compile (seconds); the same numbers to rounding.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -257,6 +263,7 @@ def info_nce(
         n_local = _validate(anchor, positive, negatives, variant, symmetric)
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("normalize", normalize)
+        check_bool("compiled", compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
@@ -314,7 +321,14 @@ def info_nce(
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
             if block is None and not keep:
                 ratio = masked_log_ratio(
-                    q, k_all, positive_mask=positive_mask, weights=weights, dcl=exclude, diagonal=pos, col_offset=offset
+                    q,
+                    k_all,
+                    positive_mask=positive_mask,
+                    weights=weights,
+                    dcl=exclude,
+                    diagonal=pos,
+                    col_offset=offset,
+                    compiled=compiled,
                 )
                 if gather and any(cd.agree(lambda: int(ratio is None), gather=gather, device=anchor.device)):
                     ratio = None  # some rank needs the general path; every rank takes it
