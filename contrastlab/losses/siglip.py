@@ -145,9 +145,9 @@ def _forward(
     :func:`_exact_block`.
 
     ``weight`` None means every row has weight 1. ``grads`` says which of (q, k, bias) need a gradient.
-    ``compiled`` makes each block's softplus row sums and ``σ(L)`` with the compiled functions of
-    :mod:`contrastlab.losses.siglip_compiled` instead of the eager passes (the gradient block is then a
-    fresh block-sized tensor).
+    ``compiled`` makes each block's softplus row sums, ``σ(L)`` (in the block buffer) and the row sums
+    of ``σ(L)`` (for ``∂b``) with the compiled functions of :mod:`contrastlab.losses.siglip_compiled`
+    instead of the eager passes.
     """
     n, m = q.shape[0], k.shape[0]
     b = bias.detach()
@@ -165,10 +165,12 @@ def _forward(
         neg = torch.addmm(-b, q[i0:i1], k.T, alpha=-1.0, out=buf[: i1 - i0])  # (r, M): −L = −b − Q Kᵀ
         pos = neg.diagonal(offset + i0).neg()  # (r,): the positives' logits L_i,offset+i
         g = buf[: i1 - i0]
+        g_rows = None  # (r,): the row sums of G, when the compiled pass made them
         if loss_block is not None and loss_grad_block is not None:  # the compiled pass: exact for finite L
             if grad:
-                row, g = loss_grad_block(neg)
+                row, sigma_rows = loss_grad_block(neg)  # the buffer now holds σ(L)
                 g.diagonal(offset + i0).copy_(torch.sigmoid(-pos).neg_())  # σ(L_ii) − 1
+                g_rows = sigma_rows - 1.0
             else:
                 row = loss_block(neg)
             loss[i0:i1] = row - pos
@@ -179,12 +181,13 @@ def _forward(
         # G = ∂ℓ/∂L = σ(L) − I, (r, M)
         if weight is not None:
             g.mul_(weight[i0:i1, None])
+            g_rows = None if g_rows is None else g_rows * weight[i0:i1]
         if dq is not None:
             torch.mm(g, k, out=dq[i0:i1])
         if dk is not None:
             dk.addmm_(g.T, q[i0:i1])
         if db is not None:
-            db += g.sum()
+            db += g.sum() if g_rows is None else g_rows.sum()
     return loss, dq, dk, db
 
 
