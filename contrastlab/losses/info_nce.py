@@ -46,6 +46,7 @@ from contrastlab.losses._common import (
     gather_rows,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.masked_ratio import masked_log_ratio
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
@@ -187,7 +188,7 @@ def info_nce(
     gather: bool = False,
     positive_mask: Tensor | None = None,
     weights: Tensor | None = None,
-    compiled: bool = False,
+    compiled: bool | str = False,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -235,10 +236,12 @@ def info_nce(
             they go through the same dense and tiled kernels (as a log-weight added to each logit), so
             memory stays linear in N + M beyond the (N, M) arrays themselves.
         compiled: with ``positive_mask`` (in-batch, ``variant="infonce"``, no ``weights``, a mean or sum
-            on the streamed path), make each block's element-wise pass by a function compiled by
-            ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
-            passes, the reference; elsewhere it changes nothing. Opt-in: the first call of each dtype
-            pays the compile (seconds); the same numbers to rounding.
+            on the streamed path), ``True`` makes each block's element-wise pass by a function compiled
+            by ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
+            passes, the reference and the default (``False``); ``"auto"`` only if it measured faster on
+            the first block, once per process and shape (:mod:`contrastlab.losses.compiled_choice`).
+            Elsewhere it changes nothing. Opt-in: the first call of each dtype pays the compile
+            (seconds); the same numbers to rounding.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -263,7 +266,7 @@ def info_nce(
         n_local = _validate(anchor, positive, negatives, variant, symmetric)
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("normalize", normalize)
-        check_bool("compiled", compiled)
+        check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)

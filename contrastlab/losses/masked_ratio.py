@@ -36,6 +36,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from contrastlab.losses import tiled
+from contrastlab.losses.compiled_choice import measured_choice
 from contrastlab.losses.masked_ratio_compiled import compiled_softmax_rows
 
 __all__ = ["masked_log_ratio"]
@@ -305,6 +306,38 @@ class _MaskedLogRatio(torch.autograd.Function):
         )
 
 
+def _compiled_is_faster(q: Tensor, k: Tensor) -> bool:
+    """``compiled="auto"``: whether the compiled row softmax beat the eager ``exp`` and row sum on the first block.
+
+    Measured once per (device, dtype, block rows, power of two of M) and process
+    (:func:`contrastlab.losses.compiled_choice.measured_choice`) on ``Q Kᵀ`` of the first block's rows.
+    """
+    m = k.shape[0]
+    r = min(q.shape[0], max(1, 2 * _BLOCK_BYTES // (m * q.element_size())))
+    key = ("masked_info_nce", q.device.type, q.dtype, r, max(1, m - 1).bit_length())
+
+    def make() -> tuple[Callable[[], object], Callable[[], object]]:
+        block = q[:r].detach() @ k.detach().T  # (r, M)
+        work = torch.empty_like(block)
+        softmax = compiled_softmax_rows()
+
+        def done() -> None:
+            if work.is_cuda:
+                torch.cuda.synchronize(work.device)
+
+        def eager() -> None:
+            work.copy_(block).exp_().sum(dim=1)
+            done()
+
+        def compiled() -> None:
+            softmax(work.copy_(block))
+            done()
+
+        return eager, compiled
+
+    return measured_choice(key, make)
+
+
 def masked_log_ratio(
     q: Tensor,
     k: Tensor,
@@ -314,7 +347,7 @@ def masked_log_ratio(
     dcl: bool,
     diagonal: Tensor,
     col_offset: int = 0,
-    compiled: bool = False,
+    compiled: bool | str = False,
 ) -> Tensor | None:
     """Per-row ``log Σ_{C(i)} w e^S − log Σ_{P(i)} w e^S`` of ``S = Q Kᵀ`` in one streamed sweep, or ``None``.
 
@@ -331,8 +364,10 @@ def masked_log_ratio(
         diagonal: exact values of the own positives' logits ``S_i,col_offset+i`` (no gradient flows
             through these values; the gradient of those entries is taken as for every other logit).
         col_offset: column of row 0's own positive.
-        compiled: make InfoNCE's blocks (no weights; no dense mask) by the compiled row softmax of
-            :mod:`contrastlab.losses.masked_ratio_compiled` (opt-in: the first call of a dtype compiles).
+        compiled: ``True`` makes InfoNCE's blocks (no weights; no dense mask) by the compiled row
+            softmax of :mod:`contrastlab.losses.masked_ratio_compiled` (opt-in: the first call of a dtype
+            compiles); ``"auto"`` only if it measured faster on the first block, once per process and
+            shape (:mod:`contrastlab.losses.compiled_choice`).
 
     Returns:
         The per-row losses, or ``None`` when a row's numerator or denominator sum falls below
@@ -346,10 +381,11 @@ def masked_log_ratio(
     diag = diagonal.detach()
     w = None if weights is None else weights.detach().to(q.dtype)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    use = compiled is True or (compiled == "auto" and weights is None and not dcl and _compiled_is_faster(q, k))
     try:
         if needs_grad:
-            out: Tensor = _MaskedLogRatio.apply(q, k, positive_mask, w, dcl, diag, col_offset, compiled)
+            out: Tensor = _MaskedLogRatio.apply(q, k, positive_mask, w, dcl, diag, col_offset, use)
             return out
-        return _sweep(q, k, positive_mask, w, dcl, diag, col_offset, None, False, compiled)[0]
+        return _sweep(q, k, positive_mask, w, dcl, diag, col_offset, None, False, use)[0]
     except _RowSumUnderflow:
         return None

@@ -16,6 +16,7 @@ from contrastlab.losses.stripe_calibration import (
     clear_calibration,
     measure_chunk_size,
 )
+from tests.losses._scripted_clock import ScriptedClock
 
 
 @pytest.fixture(autouse=True)
@@ -23,21 +24,6 @@ def _fresh_cache():
     clear_calibration()
     yield
     clear_calibration()
-
-
-class ScriptedClock:
-    """A timer whose successive timed calls last the given durations (seconds), in order."""
-
-    def __init__(self, durations):
-        self.durations = list(durations)
-        self.now = 0.0
-        self.started = False
-
-    def __call__(self) -> float:
-        if self.started:  # the end of a timed call
-            self.now += self.durations.pop(0)
-        self.started = not self.started
-        return self.now
 
 
 def test_choose_the_smallest_side_within_the_tolerance():
