@@ -14,8 +14,11 @@ and 4,096, the former defaults). Each child times ``--big-steps`` forward + back
 cold, the last reported), then the matmul limit in 2,048-row stripes, and reports its peak RSS.
 
 Usage:
-    python benchmarks/kernel_targets.py                       # the targets: about 3–4 minutes on 2 idle cores
+    python benchmarks/kernel_targets.py --profile             # the targets: about 3–4 minutes on 2 idle cores
     python benchmarks/kernel_targets.py --n 256 --big-n 2048 --repeats 2 --big-steps 1   # a smoke run
+
+``--profile`` adds, after part 1's timing, each function's operator breakdown (``torch.profiler``): the
+GEMMs' share of the CPU time and the costliest other operators (a compiled pass shows as one entry).
 """
 
 from __future__ import annotations
@@ -106,6 +109,33 @@ def part1(args: argparse.Namespace) -> None:
         if "compiled" in name
     )
     print(f"\nfirst call, wall (pays the compile): {compiles}")
+    if args.profile:
+        profile({name: fns[name] for name in PART1})
+
+
+#: Operators that are GEMMs, for the profile's matmul share.
+GEMMS = ("aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm")
+
+
+def profile(fns: dict[str, Callable[[], object]], steps: int = 3) -> None:
+    """Per function of part 1: the GEMMs' share of its operators' CPU time and its five costliest other operators."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    print(f"\nprofile ({steps} steps each, after the timing; CPU time of operators, torch.profiler):")
+    for name, fn in fns.items():
+        with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                fn()
+        ops = [e for e in prof.key_averages() if e.key.startswith(("aten::", "Torch-Compiled", "## Call"))]
+        total = sum(e.self_cpu_time_total for e in ops) or 1.0
+        gemm = sum(e.self_cpu_time_total for e in ops if e.key in GEMMS)
+        rest = sorted((e for e in ops if e.key not in GEMMS), key=lambda e: -e.self_cpu_time_total)[:5]
+        others = ", ".join(
+            f"{'compiled pass' if e.key.startswith('## Call') else e.key} {e.self_cpu_time_total / total:.0%}"
+            for e in rest
+        )
+        print(f"- {name}: GEMMs {gemm / total:.0%}; {others}")
 
 
 def child(n: int, chunk: str, d: int, steps: int) -> None:
@@ -192,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fixed-chunks", type=int, nargs="*", default=[2048, 4096], help="fixed tile sides of part 2")
     ap.add_argument("--threads", type=int, default=C.DEFAULT_THREADS, help="torch intra-op threads")
     ap.add_argument("--skip", choices=("part1", "part2"), help="leave one part out")
+    ap.add_argument("--profile", action="store_true", help="after part 1's timing, profile its functions")
     ap.add_argument("--child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--child-chunk", default="auto", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
