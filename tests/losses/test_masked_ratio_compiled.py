@@ -4,8 +4,7 @@ Loss and gradients through ``info_nce`` (a mean: the gradient made in the forwar
 ``masked_log_ratio`` with unequal upstream row gradients (the backward's second sweep), over several
 ragged blocks, with duplicates as a list of entries and without extra positives; the cases the compiled
 pass does not cover (DCL, weights, a dense mask) run the eager passes unchanged. Each dtype's first call
-compiles (about 3–6 s on the 2-core machine, measured while it was shared), so the float64 and float32
-comparisons stay in the fast suite.
+compiles one small function (seconds), so the float64 and float32 comparisons stay in the fast suite.
 """
 
 import pytest

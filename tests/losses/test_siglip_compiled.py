@@ -1,7 +1,7 @@
 """SigLIP's compiled element-wise pass against the eager one (the reference): loss and every gradient,
 ragged last blocks, a forward without gradient, unequal row weights, and logits past the eager path's
-overflow fallback. Each dtype's first call compiles (two functions: about 10–40 s on the 2-core machine
-while it was shared), so one float64 comparison stays in the fast suite and the rest are marked slow."""
+overflow fallback. Each dtype's first call compiles (one function for a gradient, one without), so one
+float64 comparison, compiling one function, stays in the fast suite and the rest are marked slow."""
 
 import sys
 
