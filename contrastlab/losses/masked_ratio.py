@@ -124,7 +124,8 @@ def _sweep(
     ``row_grad`` None means every row has upstream gradient 1. ``mask`` (N, M) bool marks the extra
     positives; the own positive ``(i, col_offset + i)`` always is one. ``weights`` (N, M) ≥ 0 or None.
     ``compiled`` makes InfoNCE's blocks without weights, with the positives as a list of entries, by the
-    compiled row softmax (:func:`_softmax_block`); DCL, weights and dense masks keep the eager passes.
+    compiled row softmax (:func:`_softmax_block`); DCL (whose denominator from the softmax would be
+    ``1 − π``, cancelling when the positives dominate a row), weights and dense masks keep the eager passes.
 
     Raises:
         _RowSumUnderflow: a row's numerator or denominator sum is below ``_MIN_ROW_SUM``.
