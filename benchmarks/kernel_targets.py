@@ -3,7 +3,8 @@
 Part 1, in this process at N = 4,096 (``--n``): the matmul limit (the three GEMMs of an exact forward +
 backward, ``_common.matmul_limit_fn``), the dense InfoNCE step for reference, masked InfoNCE
 (``positive_mask`` with one duplicate per anchor) with the eager and the compiled pass
-(``compiled=True``), and SigLIP (learnable t and b) with the eager and the compiled pass, timed
+(``compiled=True``), SigLIP (learnable t and b) with the eager and the compiled pass, and NT-Xent and
+WEINCE's streamed kernel (eager and compiled) on SimCLR's 2N = N views (the same N × N problem), timed
 interleaved (A B C … A B C …) on both clocks at once (wall and process CPU). The warm-up round pays the
 compiles; their time is printed apart. Ratios are medians over rounds of time / limit in the same round.
 
@@ -14,7 +15,7 @@ and 4,096, the former defaults). Each child times ``--big-steps`` forward + back
 cold, the last reported), then the matmul limit in 2,048-row stripes, and reports its peak RSS.
 
 Usage:
-    python benchmarks/kernel_targets.py --profile             # the targets: about 3–4 minutes on 2 idle cores
+    python benchmarks/kernel_targets.py --profile             # the targets: about 4–5 minutes on 2 idle cores
     python benchmarks/kernel_targets.py --n 256 --big-n 2048 --repeats 2 --big-steps 1   # a smoke run
 
 ``--profile`` adds, after part 1's timing, each function's operator breakdown (``torch.profiler``): the
@@ -37,10 +38,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 import siglip_speed  # noqa: E402
 
-from contrastlab.losses import info_nce, tiled  # noqa: E402
+from contrastlab.losses import info_nce, nt_xent, tiled, weince  # noqa: E402
+from contrastlab.losses.weince_stream import block_anchors  # noqa: E402
 
 TEMPERATURE = C.TEMPERATURE
-PART1 = ("InfoNCE dense", "masked eager", "masked compiled", "SigLIP eager", "SigLIP compiled")
+PART1 = (
+    "InfoNCE dense",
+    "masked eager",
+    "masked compiled",
+    "SigLIP eager",
+    "SigLIP compiled",
+    "NT-Xent",
+    "WEINCE eager",
+    "WEINCE compiled",
+)
 
 
 def _masked_step(a: torch.Tensor, p: torch.Tensor, compiled: bool) -> Callable[[], None]:
@@ -56,8 +67,19 @@ def _masked_step(a: torch.Tensor, p: torch.Tensor, compiled: bool) -> Callable[[
     return step
 
 
+def _views_step(loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], n: int, d: int) -> Callable[[], None]:
+    """SimCLR's 2N = ``n`` views (``n // 2`` pairs): one forward + backward of ``loss(z_a, z_b)``."""
+    za, zb = C.make_inputs(n // 2, d, seed=1)
+
+    def step() -> None:
+        torch.autograd.grad(loss(za, zb), [za, zb])
+
+    return step
+
+
 def make_part1(a: torch.Tensor, p: torch.Tensor) -> dict[str, Callable[[], object]]:
-    """The functions of part 1, by name."""
+    """The functions of part 1, by name (NT-Xent and WEINCE on 2N = N views: the same N × N problem)."""
+    n, d = a.shape
     siglip_eager = siglip_speed.make_step("contrastlab", a, p)
     siglip_compiled = siglip_speed.make_step("contrastlab compiled", a, p)
     assert siglip_eager is not None and siglip_compiled is not None
@@ -67,6 +89,10 @@ def make_part1(a: torch.Tensor, p: torch.Tensor) -> dict[str, Callable[[], objec
         "masked compiled": _masked_step(a, p, True),
         "SigLIP eager": siglip_eager,
         "SigLIP compiled": siglip_compiled,
+        "NT-Xent": _views_step(lambda za, zb: nt_xent(za, zb), n, d),
+        # the streamed kernel in both (chunk_size: the blocks chunk_size=None would take beyond 2N = 1,448)
+        "WEINCE eager": _views_step(lambda za, zb: weince(za, zb, chunk_size=block_anchors(n, 4, None)), n, d),
+        "WEINCE compiled": _views_step(lambda za, zb: weince(za, zb, compiled=True), n, d),
     }
 
 
