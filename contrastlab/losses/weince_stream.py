@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from contrastlab.losses.compiled_choice import measured_choice
 from contrastlab.losses.weince_compiled import compiled_weince_block
 from contrastlab.losses.weince_tail import (
     _concat_fits,
@@ -398,6 +399,41 @@ def _sweep_compiled(
         torch.mm(u, k, out=dq[i0:i1])
         dk.addmm_(u.T, q[i0:i1])
     return _Sweep(loss, tau_factor, dq, dk)
+
+
+def compiled_is_faster(
+    q: Tensor,
+    k: Tensor,
+    pos_index: Tensor,
+    self_cols: Tensor,
+    co: Coefficients,
+    refine: Refinement | None,
+    rows: int,
+    want_grad: bool,
+) -> bool:
+    """``compiled="auto"``: whether :func:`_sweep_compiled` beat :func:`_sweep` on the first block of anchors.
+
+    Both sweeps run on the first ``rows`` anchors (their GEMMs included, the same in both); measured once
+    per (device, dtype, block rows, power of two of the candidates, gradient) and process
+    (:func:`contrastlab.losses.compiled_choice.measured_choice`).
+    """
+    r, c = min(rows, q.shape[0]), k.shape[0]
+    key = ("weince", q.device.type, q.dtype, r, max(1, c - 1).bit_length(), want_grad)
+
+    def make() -> tuple[Callable[[], object], Callable[[], object]]:
+        qd, kd = q[:r].detach(), k.detach()
+
+        def run(sweep: Callable[..., _Sweep]) -> Callable[[], object]:
+            def call() -> None:
+                sweep(qd, kd, pos_index, self_cols, co, refine, rows, want_grad=want_grad)
+                if qd.is_cuda:
+                    torch.cuda.synchronize(qd.device)
+
+            return call
+
+        return run(_sweep), run(_sweep_compiled)
+
+    return measured_choice(key, make)
 
 
 class _WeinceStream(torch.autograd.Function):

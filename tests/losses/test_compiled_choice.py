@@ -151,3 +151,39 @@ def test_masked_info_nce_auto_follows_the_measurement(monkeypatch, faster):
         else:
             assert torch.equal(x, y)
     assert compiled_choice._CHOICES  # the choice is remembered in this process
+
+
+@pytest.mark.parametrize("faster", [True, False])
+def test_weince_auto_follows_the_measurement(monkeypatch, faster):
+    """WEINCE's "auto" times the eager and the compiled streamed sweeps on the first block of anchors, then
+    streams with the chosen one: the compiled (counted) equal to the eager sweep to 1e-12 in float64, or the
+    eager one bit for bit."""
+    from contrastlab.losses import weince
+    from contrastlab.losses import weince_compiled as wc
+
+    stream = sys.modules["contrastlab.losses.weince_stream"]
+    calls: list[str] = []
+    blocks = (
+        lambda *a: calls.append("sums") or wc._block_sums(*a),
+        lambda *a: calls.append("grad") or wc._gradient_block_(*a),
+    )
+    monkeypatch.setattr(stream, "compiled_weince_block", lambda: blocks)
+    _script_the_choice(monkeypatch, stream, faster)
+    g = torch.Generator().manual_seed(5)
+    za = torch.randn(21, 5, generator=g, dtype=torch.float64)
+    zb = 0.7 * za + 0.3 * torch.randn(21, 5, generator=g, dtype=torch.float64)
+
+    def run(**kw):
+        a, b = za.clone().requires_grad_(), zb.clone().requires_grad_()
+        loss = weince(a, b, min_tail=8, **kw)
+        return (loss.detach(), *torch.autograd.grad(loss, [a, b]))
+
+    got = run(compiled="auto")
+    timed = 6 * 2  # one untimed and five timed compiled sweeps of one block, each: sums and gradient block
+    assert len(calls) == timed + (2 if faster else 0)
+    ref = run(chunk_size=42)  # the eager streamed kernel, one block of the 42 views
+    for x, y in zip(got, ref, strict=True):
+        if faster:
+            torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+        else:
+            assert torch.equal(x, y)
