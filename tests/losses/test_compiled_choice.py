@@ -1,7 +1,8 @@
 """``compiled="auto"``: validation, the choice rule, determinism given the timings (a scripted clock), the
-per-process cache, and SigLIP's and masked InfoNCE's use of the choice. The compiled functions are replaced
-by their uncompiled Python forms (the same arithmetic), so nothing here compiles; the compiled kernels'
-equality with the eager passes is tested in ``test_siglip_compiled.py`` and ``test_masked_ratio_compiled.py``."""
+per-process cache, and SigLIP's, masked InfoNCE's and WEINCE's use of the choice. The compiled functions
+are replaced by their uncompiled Python forms (the same arithmetic), so nothing here compiles; the compiled
+kernels' equality with the eager passes is tested in ``test_siglip_compiled.py``,
+``test_masked_ratio_compiled.py`` and ``test_weince_compiled.py``."""
 
 from __future__ import annotations
 
