@@ -14,7 +14,8 @@
    one-process :func:`~contrastlab.search.log_partition`, with their largest difference.
 
 Ray runs embedded on this machine (loopback only, no dashboard, temp files in a fresh folder), with
-``--nodes 2`` as two local nodes, or on a running cluster given by ``--address``.
+``--nodes 2`` as two local nodes sharing the ``--threads`` CPUs, or on a running cluster given by
+``--address``. Each shard actor computes with its node's CPUs divided by its shards (at least one thread).
 
 Usage:
     python benchmarks/scale_search.py                                  # the full run (about 2 GB, minutes)
@@ -102,7 +103,8 @@ def _ray_context(args: argparse.Namespace, tmp: str) -> Any:
 
     if args.nodes > 1 and args.address is None:
         corpus_bytes = args.rows * args.dim * 4  # the shards pass through the object store once
-        return _local_nodes(args.nodes, tmp, args.threads, 2 * corpus_bytes // args.nodes + (256 << 20))
+        cpus = max(1, args.threads // args.nodes)  # the nodes share this machine's --threads CPUs
+        return _local_nodes(args.nodes, tmp, cpus, 2 * corpus_bytes // args.nodes + (256 << 20))
     return ray_session(args.address, temp_dir=tmp, num_cpus=args.threads)
 
 

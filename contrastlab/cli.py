@@ -364,7 +364,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit.text_model import TextModelSource
     from contrastlab.scale.cluster import Engine
     from contrastlab.scale.corpus import TextCorpus
-    from contrastlab.scale.encode import encode_corpus
+    from contrastlab.scale.encode import default_task_rows, encode_corpus
     from contrastlab.search.index import _progress
     from contrastlab.search.store import StoreError
 
@@ -380,7 +380,9 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
             raise UsageError(f"encode: {flag} must be at least 1, got {value}")
     try:
         engine = Engine(args.engine, args.address)
-        corpus = TextCorpus.scan(args.corpus, stride=args.shard_rows)  # bad input fails before the model loads
+        corpus = TextCorpus.scan(
+            args.corpus, stride=default_task_rows(args.shard_rows, args.batch_size)
+        )  # fails before the model loads
     except ValueError as e:
         flag = "" if str(e).startswith(("--address", "engine")) else "--corpus "
         raise UsageError(f"encode: {flag}{' '.join(str(e).split())}") from None
@@ -417,6 +419,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.mine import MineConfig, mine_pairs
+    from contrastlab.scale.cluster import Engine
     from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     overrides: dict[str, Any] = dict(parse_overrides(rest))
@@ -427,7 +430,8 @@ def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["progress"] = False
     cfg = apply_overrides(MineConfig(), overrides)
     try:
-        summary = mine_pairs(cfg, args.out)
+        engine = Engine(args.engine, args.address)
+        summary = mine_pairs(cfg, args.out, engine=engine, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument
         raise UsageError(f"mine: {' '.join(str(e).split())}") from None
     print(
@@ -697,6 +701,12 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
     p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from contrastlab.scale.cluster import add_engine_arguments
+
+    add_engine_arguments(p)
+    p.add_argument(
+        "--shards", type=int, default=None, help="document shards with --engine ray (default: one per Ray node)"
+    )
     subs["mine"] = p
 
     p = sub.add_parser(

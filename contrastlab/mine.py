@@ -29,13 +29,18 @@ already picks with probability, say, above 0.1 is more likely an unlabelled posi
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from torch import Tensor
 
+from contrastlab._checks import check_int
+from contrastlab.scale.cluster import Engine
 from contrastlab.train.dataconf import ConfigError, check_fields
 
 __all__ = ["MineConfig", "mine_pairs", "default_range_max"]
@@ -197,10 +202,15 @@ def _group(anchor_texts: list[str], positive_texts: list[str]) -> _Rows:
     return _Rows(list(anchors), list(documents), anchor_of, document_of, first_a, first_d)
 
 
-def mine_pairs(config: MineConfig, out: str | Path) -> dict[str, Any]:
+def mine_pairs(
+    config: MineConfig, out: str | Path, *, engine: Engine | None = None, shards: int | None = None
+) -> dict[str, Any]:
     """Mine the negatives ``config`` describes and write them to ``out`` (.tsv, .csv or .jsonl).
 
     Everything is read and checked before the output is written (atomically); on any error nothing is.
+    With ``engine`` Ray, the documents are searched as ``shards`` Ray actors (default: one per alive node),
+    :func:`~contrastlab.scale.sharded_search.ray_sharded_search`, whose merged top lists and log-partitions
+    are the one-process ones; the written file is the same.
 
     Returns:
         A summary: ``anchors``, ``complete`` (anchors with all K negatives), ``rows`` written, ``out``.
@@ -212,8 +222,6 @@ def mine_pairs(config: MineConfig, out: str | Path) -> dict[str, Any]:
         RuntimeError: no anchor kept a negative (nothing to write).
     """
     from contrastlab.data.text_pairs import PAIR_FORMATS, TextPairs, read_text_pairs, write_text_pairs
-    from contrastlab.search import EmbeddingIndex
-    from contrastlab.search.mining import mine_hard_negatives
 
     out = Path(out)
     if out.suffix.lower() not in PAIR_FORMATS:
@@ -234,31 +242,8 @@ def mine_pairs(config: MineConfig, out: str | Path) -> dict[str, Any]:
     anchor_emb, doc_emb = _embeddings(config, rows.anchors, rows.documents, rows)
     if anchor_emb.shape[1] != doc_emb.shape[1]:
         raise ValueError(f"model: anchors have dimension {anchor_emb.shape[1]}, documents {doc_emb.shape[1]}")
-    index = EmbeddingIndex(doc_emb.shape[1], metric="cosine", kind="flat")
-    index.add(doc_emb)
-
-    # per anchor: its positives (all excluded), the lowest-scoring one for the margins
-    positives_of: list[list[int]] = [[] for _ in rows.anchors]
-    for a, d in zip(rows.anchor_of.tolist(), rows.document_of.tolist(), strict=True):
-        if d not in positives_of[a]:
-            positives_of[a].append(d)
-    width = max(len(p) for p in positives_of)
-    exclude = np.full((len(rows.anchors), width), -1, dtype=np.int64)
-    a_unit = torch.nn.functional.normalize(anchor_emb, dim=1)
-    d_unit = torch.nn.functional.normalize(doc_emb, dim=1)
-    margin_doc = np.empty(len(rows.anchors), dtype=np.int64)
-    for a, ps in enumerate(positives_of):
-        exclude[a, : len(ps)] = ps
-        sims = (d_unit[ps] @ a_unit[a]).numpy()
-        margin_doc[a] = ps[int(np.argmin(sims))]
-    range_max = min(default_range_max(config, width), index.ntotal - 1)
-    mined = mine_hard_negatives(
-        index, anchor_emb, doc_emb[torch.from_numpy(margin_doc)], num_negatives=k,
-        candidates=range_max, exclude_ids=exclude, margin=config.margin,
-        relative_margin=config.relative_margin, max_score=config.max_score, min_score=config.min_score,
-        range_min=config.range_min, sampling=config.sampling, seed=config.seed,
-        max_probability=config.max_probability, temperature=config.temperature,
-    )  # fmt: skip
+    with _corpus(doc_emb, engine or Engine(), shards, out.parent) as index:
+        mined = _mine(config, index, rows, anchor_emb, doc_emb)
     out_rows: list[tuple[str, ...]] = []
     for i in range(len(pairs)):
         a = int(rows.anchor_of[i])
@@ -281,3 +266,60 @@ def mine_pairs(config: MineConfig, out: str | Path) -> dict[str, Any]:
         "rows": len(out_rows),
         "out": str(out),
     }
+
+
+@contextlib.contextmanager
+def _corpus(doc_emb: Tensor, engine: Engine, shards: int | None, temp_dir: Path) -> Iterator[Any]:
+    """The documents as an exact cosine index: one flat index here, or ``shards`` Ray actors."""
+    from contrastlab.search import EmbeddingIndex
+
+    if shards is not None:
+        check_int("shards", shards, 1)
+    if not engine.is_ray:
+        if shards is not None:
+            raise ValueError("--shards: shards need --engine ray")
+        index = EmbeddingIndex(doc_emb.shape[1], metric="cosine", kind="flat")
+        index.add(doc_emb)
+        yield index
+        return
+    from contrastlab.scale.cluster import ray_session
+    from contrastlab.scale.sharded_search import ray_sharded_search
+
+    with ray_session(engine.address, temp_dir=temp_dir) as ray:
+        n = shards or max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
+        emb = doc_emb.detach().cpu().numpy()
+        parts = [(rows.astype(np.int64), emb[rows]) for rows in np.array_split(np.arange(emb.shape[0]), n)]
+        corpus = ray_sharded_search([p for p in parts if p[0].size], metric="cosine", ray=ray)
+        try:
+            yield corpus
+        finally:
+            corpus.close()
+
+
+def _mine(config: MineConfig, index: Any, rows: _Rows, anchor_emb: Tensor, doc_emb: Tensor) -> Any:
+    """The miner over ``index`` with ``config``'s filters; each anchor's positives excluded."""
+    from contrastlab.search.mining import mine_hard_negatives
+
+    k = config.num_negatives
+    # per anchor: its positives (all excluded), the lowest-scoring one for the margins
+    positives_of: list[list[int]] = [[] for _ in rows.anchors]
+    for a, d in zip(rows.anchor_of.tolist(), rows.document_of.tolist(), strict=True):
+        if d not in positives_of[a]:
+            positives_of[a].append(d)
+    width = max(len(p) for p in positives_of)
+    exclude = np.full((len(rows.anchors), width), -1, dtype=np.int64)
+    a_unit = torch.nn.functional.normalize(anchor_emb, dim=1)
+    d_unit = torch.nn.functional.normalize(doc_emb, dim=1)
+    margin_doc = np.empty(len(rows.anchors), dtype=np.int64)
+    for a, ps in enumerate(positives_of):
+        exclude[a, : len(ps)] = ps
+        sims = (d_unit[ps] @ a_unit[a]).numpy()
+        margin_doc[a] = ps[int(np.argmin(sims))]
+    range_max = min(default_range_max(config, width), index.ntotal - 1)
+    return mine_hard_negatives(
+        index, anchor_emb, doc_emb[torch.from_numpy(margin_doc)], num_negatives=k,
+        candidates=range_max, exclude_ids=exclude, margin=config.margin,
+        relative_margin=config.relative_margin, max_score=config.max_score, min_score=config.min_score,
+        range_min=config.range_min, sampling=config.sampling, seed=config.seed,
+        max_probability=config.max_probability, temperature=config.temperature,
+    )  # fmt: skip

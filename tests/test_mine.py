@@ -198,6 +198,8 @@ BAD = {
     "a mistyped field": (["emb.npy"], ["--num_negative", "3"], "num_negative is not a field of MineConfig"),
     "NUL bytes in the pairs": (["emb.npy", "--pairs", "nul.tsv"], [], "pairs: nul.tsv line 2: column 2 holds a NUL byte"),
     "a missing model": (["nope.npy"], [], "model: nope.npy does not exist"),
+    "shards without Ray": (["emb.npy"], ["--shards", "2"], "--shards: shards need --engine ray"),
+    "zero shards": (["emb.npy"], ["--engine", "ray", "--shards", "0"], "shards must be >= 1"),
 }  # fmt: skip
 
 

@@ -49,6 +49,10 @@ class AuditConfig:
     """rows in the pairwise uniformity estimate (a seeded draw)"""
     n_boot: int = 1000
     """bootstrap resamples of the norm correlations"""
+    words: str | None = None
+    """a UTF-8 file of words or short texts, one per line, whose norms are set against their wordfreq frequency (the norm paper's frequency claim); default: the built-in list"""
+    norm_words: int = 2000
+    """size of the built-in word list: words at evenly spaced ranks among wordfreq's 50,000 most frequent alphabetic English words"""
     seed: int = 0
     """seeds every draw of the audit"""
     progress: bool = True
@@ -74,6 +78,7 @@ class AuditConfig:
             "tail_documents",
             "uniformity_sample",
             "n_boot",
+            "norm_words",
             "seed",
         ):
             v = getattr(self, name)

@@ -9,7 +9,7 @@ import numpy as np
 
 from contrastlab.io import atomic_path
 
-__all__ = ["plot_search", "plot_norms"]
+__all__ = ["plot_search", "plot_norms", "plot_norm_claims"]
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -78,6 +78,72 @@ def plot_norms(norms: np.ndarray, frequency: np.ndarray | None, correct: np.ndar
     ax1.set(xlabel="pre-normalisation norm of the query", ylabel="density")
     ax1.set_title("norm as a retrieval confidence")
     ax1.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_norm_claims(
+    words: dict[str, np.ndarray] | None,
+    pairs: dict[str, np.ndarray] | None,
+    estimates: dict[str, float],
+    path: Path,
+    *,
+    title: str,
+) -> Path:
+    """The norm paper's frequency and specificity claims, as measured.
+
+    Left: each word's norm against its Zipf frequency, coloured by the model's token count, with the
+    median norm in bins of frequency for each count (a within-count trend can run against the pooled one).
+    Right: the paired log-norm differences (specific − general) against the pairs' difference in
+    characters, with 0 and the difference at equal length (``estimates["specificity"]``) marked.
+
+    Args:
+        words: ``norm``, ``zipf``, ``tokens`` ``(n,)`` (``None``: not measured).
+        pairs: ``log_ratio``, ``delta_chars`` ``(P,)`` (``None``: not measured).
+        estimates: ``frequency`` (partial ρ) and ``specificity`` (adjusted difference) for the titles.
+        path: the PNG to write.
+        title: the figure's title.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
+    if words is not None:
+        tokens = np.minimum(words["tokens"], words["tokens"].min() + 3)  # the longest grouped as "k+"
+        for i, t in enumerate(np.unique(tokens)):
+            sel = tokens == t
+            more = "+" if t == tokens.max() and (words["tokens"] > t).any() else ""
+            label = f"{int(t)}{more} tokens ({int(sel.sum())} words)"
+            ax0.scatter(words["zipf"][sel], words["norm"][sel], s=4, alpha=0.4, color=f"C{i}", label=label)
+            edges = np.quantile(words["zipf"][sel], np.linspace(0, 1, 7)) if sel.sum() >= 30 else None
+            if edges is not None:
+                mid = [
+                    (float(np.median(words["zipf"][sel][m])), float(np.median(words["norm"][sel][m])))
+                    for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+                    if (m := (words["zipf"][sel] >= lo) & (words["zipf"][sel] <= hi)).any()
+                ]
+                ax0.plot(*zip(*mid, strict=True), "o-", color=f"C{i}", ms=4)  # binned medians
+        ax0.set(xlabel="Zipf frequency (wordfreq)", ylabel="pre-normalisation norm of the word")
+        rho = estimates.get("frequency", float("nan"))
+        ax0.set_title(f"frequency: partial rho at equal length {rho:+.3f} (lines: binned medians)")
+        ax0.legend(fontsize=8)
+    else:
+        ax0.text(0.5, 0.5, "frequency not measured", ha="center", va="center")
+        ax0.set_axis_off()
+    if pairs is not None:
+        ax1.scatter(pairs["delta_chars"], pairs["log_ratio"], s=10, alpha=0.6)
+        ax1.axhline(0.0, color="k", lw=0.8)
+        est = estimates.get("specificity", float("nan"))
+        ax1.plot([0.0], [est], "D", color="C3", ms=7, label=f"at equal length: {est:+.3f}")
+        ax1.set(xlabel="characters, specific - general", ylabel="log norm, specific - general")
+        ax1.set_title("specificity: (specific, general) word pairs")
+        ax1.legend(fontsize=8)
+    else:
+        ax1.text(0.5, 0.5, "specificity not measured", ha="center", va="center")
+        ax1.set_axis_off()
     fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, path)

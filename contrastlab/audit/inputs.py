@@ -252,10 +252,14 @@ class TextEncoder:
         self.normalizes = bool(modules) and isinstance(modules[-1], Normalize)
         self.modules = modules[:-1] if self.normalizes else modules
 
+    def tokenize(self, texts: list[str]) -> dict[str, Any]:
+        """The model's input features for ``texts`` (``input_ids``, ``attention_mask``, …), truncated as it truncates."""
+        prepare = getattr(self.model, "preprocess", None) or self.model.tokenize  # `tokenize` before v6
+        return dict(prepare(texts))
+
     def __call__(self, texts: list[str]) -> Tensor:
         """Raw (pre-normalisation) embeddings of ``texts``: ``(len(texts), D)`` float32 on the CPU."""
-        prepare = getattr(self.model, "preprocess", None) or self.model.tokenize  # `tokenize` before v6
-        features = prepare(texts)
+        features = self.tokenize(texts)
         device = next(self.model.parameters()).device
         features = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in features.items()}
         for module in self.modules:

@@ -14,8 +14,10 @@ The audit runs in five stages, each timed in ``results.json`` (``timing.stages``
    default: exactly the one-process computation), ``engine="ray"`` in one Ray actor per shard
    (``contrastlab.scale.sharded_search``); both run the same per-shard code and exact merges;
 4. **diagnostics** — retrieval, the softmax search, the risk curve, tails and norms, the passes over the
-   whole document set going through the corpus; with ``compress``, the compression audit
-   (:func:`~contrastlab.audit.compress.compression_audit`) of the same queries and documents at τ*;
+   whole document set going through the corpus; then the norm paper's three claims
+   (:mod:`contrastlab.audit.norm_audit`, which embeds its word list and word pairs here); with ``compress``,
+   the compression audit (:func:`~contrastlab.audit.compress.compression_audit`) of the same queries and
+   documents at τ*;
 5. **report** — summary, tables and figures, written atomically.
 """
 
@@ -44,6 +46,7 @@ from contrastlab.audit.compress import CompressionResult, compression_audit, plo
 from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.figures import plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
+from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.probe import mean_ci
 from contrastlab.search.sharded import ShardedSearch
 
@@ -93,6 +96,7 @@ class AuditInputs:
         eval_pairs: ``(Q,)`` indices of the audited pairs.
         valid_pairs: ``(V,)`` indices of the pairs that fit τ.
         documents: ``(M,)`` indices of the searched documents, sorted.
+        words: the word list of the norm paper's frequency claim (``None`` without a text model).
     """
 
     pairs: AuditPairs
@@ -100,6 +104,7 @@ class AuditInputs:
     eval_pairs: np.ndarray
     valid_pairs: np.ndarray
     documents: np.ndarray
+    words: WordSet | None = None
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,7 @@ class AuditEmbeddings:
 def load_inputs(cfg: AuditConfig, rng: np.random.Generator) -> AuditInputs:
     """Inputs stage: load the pairs and the model and draw the audited subset; bad input fails here."""
     pairs = load_pairs(cfg)
+    words = load_words(cfg, has_text_model=pairs.query_emb is None)  # before the model: a bad file fails at once
     encoder = load_model(cfg) if pairs.query_emb is None else None
     ev, va, docs = _select(pairs, cfg, rng)
     if cfg.compress and cfg.compress_pq_bits and docs.size < pq_min_documents(cfg.compress_pq_bits):
@@ -129,7 +135,7 @@ def load_inputs(cfg: AuditConfig, rng: np.random.Generator) -> AuditInputs:
             f"compress_pq_bits: a {cfg.compress_pq_bits}-bit product quantizer needs at least "
             f"{pq_min_documents(cfg.compress_pq_bits)} documents to train on, the audit searches {docs.size}"
         )
-    return AuditInputs(pairs=pairs, encoder=encoder, eval_pairs=ev, valid_pairs=va, documents=docs)
+    return AuditInputs(pairs=pairs, encoder=encoder, eval_pairs=ev, valid_pairs=va, documents=docs, words=words)
 
 
 def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
@@ -304,6 +310,7 @@ class _Found:
     q_texts: list[str] | None
     nd: dict[str, Any]
     fit_on: str
+    claims: NormClaims | None = None
     compression: CompressionResult | None = None
 
 
@@ -357,6 +364,7 @@ def _diagnose(
         n_boot=cfg.n_boot,
         rng=rng,
     )
+    claims = _norm_claims(inputs, norms, q_texts, ret.correct_top1, softmax_top1, cfg, rng)
     compression = None
     if cfg.compress:  # the raw embeddings: each prefix is cut from them and renormalised
         compression = compression_audit(
@@ -368,8 +376,39 @@ def _diagnose(
             pq_bits=cfg.compress_pq_bits or None,
         )
     return _Found(
-        ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on, compression
+        ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on, claims, compression
     )
+
+
+def _norm_claims(
+    inputs: AuditInputs,
+    norms: np.ndarray,
+    q_texts: list[str] | None,
+    correct_top1: np.ndarray,
+    softmax_top1: np.ndarray,
+    cfg: AuditConfig,
+    rng: np.random.Generator,
+) -> NormClaims:
+    """The norm paper's three claims (:mod:`contrastlab.audit.norm_audit`): words and pairs embedded here."""
+    from contrastlab.audit.norm_audit import measure
+
+    return measure(
+        inputs.encoder,
+        inputs.words,
+        query_texts=q_texts,
+        query_norms=norms,
+        correct_top1=correct_top1,
+        softmax_top1=softmax_top1,
+        cfg=cfg,
+        rng=rng,
+    )
+
+
+def _plot_norm_claims(claims: NormClaims, path: Path, title: str) -> None:
+    from contrastlab.audit.figures import plot_norm_claims
+
+    estimates = {name: claims.claims[name].estimate.value for name in ("frequency", "specificity")}
+    plot_norm_claims(claims.word_data, claims.pair_data, estimates, path, title=title)
 
 
 def _report(
@@ -447,8 +486,6 @@ def _report(
         f"limit with log-log slope "
         f"{fmt_slope} (Whiteley: −1). Hard negatives: {tail_text}. Norms: {norm_text}."
     )
-    if found.compression is not None:
-        summary += " " + _compression_sentence(found.compression)
     tables = [
         {
             "title": "Retrieval (mean and 95% t-interval over queries)",
@@ -510,7 +547,15 @@ def _report(
             ],
         },
     ]
+    if found.claims is not None:  # the norm paper's claims: their own section
+        from contrastlab.audit.norm_audit import section
+
+        claims = section(found.claims)
+        summary = f"{summary} {claims['summary']}"
+        metrics.update(claims["metrics"])
+        tables.append(claims["table"])
     if found.compression is not None:
+        summary = f"{summary} {_compression_sentence(found.compression)}"
         tables.append(found.compression.table())
     results: dict[str, Any] = {
         "name": "audit",
@@ -526,6 +571,7 @@ def _report(
         },
         "risk_curve": risk,
         "temperature_curve": curve,
+        "norm_claims": claims["results"] if found.claims is not None else None,
         "timing": timing,
         "config": asdict(cfg),
         "version": contrastlab.__version__,
@@ -550,6 +596,8 @@ def _report(
         if q_texts is not None and nd["correlations"]:
             freq = diag.word_statistics(q_texts, pairs.queries or q_texts)["log_frequency"]
         plot_norms(norms, freq, ret.correct_top1, stage / "norms.png", title=title)
+        if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
+            _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         results["figures"] = [
@@ -559,6 +607,11 @@ def _report(
             },
             {"file": "tails.png", "caption": "Extreme-value view of the hardest query → document negatives."},
             {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and top-1 correctness."},
+            {
+                "file": "norm_claims.png",
+                "caption": "The norm paper's claims: word norms against frequency by token count, and the "
+                "(specific, general) pairs' log-norm differences against their length difference.",
+            },
             {
                 "file": "compression.png",
                 "caption": "Compression: R@1 against bytes per vector, one curve per storage (numbers are prefix "

@@ -46,6 +46,7 @@ from contrastlab.losses._common import (
     gather_rows,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.masked_ratio import masked_log_ratio
 
 __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
@@ -187,6 +188,7 @@ def info_nce(
     gather: bool = False,
     positive_mask: Tensor | None = None,
     weights: Tensor | None = None,
+    compiled: bool | str = False,
 ) -> Tensor:
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
@@ -208,8 +210,11 @@ def info_nce(
             tiled kernel. An int forces the tiled kernel with that tile side (memory
             O((N + K)·D + chunk_size²), any value ≥ 1); for a mean or sum of in-batch InfoNCE / DCL
             its tiles are full-width stripes of ``chunk_size² / N`` rows when those hold at least 64
-            rows (:func:`contrastlab.losses.tiled.stripe_rows`: the same memory, one GEMM fewer). All
-            paths give the same numbers.
+            rows (:func:`contrastlab.losses.tiled.stripe_rows`: the same memory, one GEMM fewer). For
+            that case ``None`` measures the stripe height beyond K = 16,384 (float32): the tile side
+            whose stripe GEMMs run within 10% of the best measured, timed once per process
+            (:mod:`contrastlab.losses.stripe_calibration`). All paths give the same numbers (to
+            rounding: a measured side can differ between processes; pass an int for bit-reproducible runs).
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
             negatives stay local). The result is this rank's share of the global loss
@@ -230,6 +235,13 @@ def info_nce(
             ``positive_mask`` and ``weights`` need in-batch or shared negatives and ``symmetric=False``;
             they go through the same dense and tiled kernels (as a log-weight added to each logit), so
             memory stays linear in N + M beyond the (N, M) arrays themselves.
+        compiled: with ``positive_mask`` (in-batch, ``variant="infonce"``, no ``weights``, a mean or sum
+            on the streamed path), ``True`` makes each block's element-wise pass by a function compiled
+            by ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
+            passes, the reference and the default (``False``); ``"auto"`` only if it measured faster on
+            the first block, once per process and shape (:mod:`contrastlab.losses.compiled_choice`).
+            Elsewhere it changes nothing. Opt-in: the first call of each dtype pays the compile
+            (seconds); the same numbers to rounding.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -254,6 +266,7 @@ def info_nce(
         n_local = _validate(anchor, positive, negatives, variant, symmetric)
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("normalize", normalize)
+        check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
@@ -311,7 +324,14 @@ def info_nce(
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
             if block is None and not keep:
                 ratio = masked_log_ratio(
-                    q, k_all, positive_mask=positive_mask, weights=weights, dcl=exclude, diagonal=pos, col_offset=offset
+                    q,
+                    k_all,
+                    positive_mask=positive_mask,
+                    weights=weights,
+                    dcl=exclude,
+                    diagonal=pos,
+                    col_offset=offset,
+                    compiled=compiled,
                 )
                 if gather and any(cd.agree(lambda: int(ratio is None), gather=gather, device=anchor.device)):
                     ratio = None  # some rank needs the general path; every rank takes it
@@ -327,7 +347,7 @@ def info_nce(
             loss = den - num
         elif not symmetric:
             keep = tiled.keeps_logits(reduction, q, k)
-            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
+            block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep, like=k_all)
             stripe = None if block is None or keep else tiled.stripe_rows(block, k_all.shape[0])
             if block is None or stripe is not None:  # dense, or tiles as full-width stripes of one tile each
                 lse = tiled.dense_row_lse(

@@ -28,6 +28,7 @@ the right error or recomputes those rows exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +36,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from contrastlab.losses import tiled
+from contrastlab.losses.compiled_choice import measured_choice
+from contrastlab.losses.masked_ratio_compiled import compiled_softmax_rows
 
 __all__ = ["masked_log_ratio"]
 
@@ -114,17 +117,23 @@ def _sweep(
     col_offset: int,
     row_grad: Tensor | None,
     grads: bool,
+    compiled: bool = False,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """One pass over blocks of rows: ``ℓ`` (N,), and, if ``grads``, ``∂Q``, ``∂K`` for upstream ``row_grad``.
 
     ``row_grad`` None means every row has upstream gradient 1. ``mask`` (N, M) bool marks the extra
     positives; the own positive ``(i, col_offset + i)`` always is one. ``weights`` (N, M) ≥ 0 or None.
+    ``compiled`` makes InfoNCE's blocks without weights, with the positives as a list of entries, by the
+    compiled row softmax (:func:`_softmax_block`); DCL (whose denominator from the softmax would be
+    ``1 − π``, cancelling when the positives dominate a row), weights and dense masks keep the eager passes.
 
     Raises:
         _RowSumUnderflow: a row's numerator or denominator sum is below ``_MIN_ROW_SUM``.
     """
     n, m_cols = q.shape[0], k.shape[0]
     sparse = None if mask is None else _mask_entries(mask, col_offset)
+    fused = compiled and weights is None and not dcl and (mask is None or sparse is not None)
+    softmax = compiled_softmax_rows() if fused else None
     blocks = 1 + (weights is not None) + (mask is not None and sparse is None)  # E, scaled weights, positives
     rows = max(1, _BLOCK_BYTES * (2 if blocks == 1 else 1) // (m_cols * q.element_size()))
     _, diag_shifted, q_op, k_op = tiled._operands(q, k, False, diagonal, col_offset)
@@ -148,6 +157,17 @@ def _sweep(
     for i0 in range(0, n, rows):
         i1 = min(n, i0 + rows)
         r = i1 - i0
+        if softmax is not None:
+            ent = None
+            if sparse is not None:
+                lo, hi = sparse_bounds[i0 // rows], sparse_bounds[i0 // rows + 1]
+                ent = (sparse[0][lo:hi] - i0, sparse[1][lo:hi])
+            t = torch.mm(q_op[i0:i1], k_op.T, out=buf[: r * m_cols].view(r, m_cols))  # (r, M): S − c
+            tiled._fix_diagonal(t, i0, -col_offset, False, diag_shifted)
+            g = None if row_grad is None else row_grad[i0:i1]
+            out = (dq[i0:i1], dk) if dq is not None and dk is not None else None
+            loss[i0:i1] = _softmax_block(t, softmax, ent, col_offset + i0, q[i0:i1], k, g, out)
+            continue
         e = tiled._exp_tile(
             q_op, k_op, (i0, i1), (0, m_cols), buf[: r * m_cols].view(r, m_cols), False, diag_shifted, col_offset
         )  # (r, M): exp(S − c), the own positive's entry from ``diagonal``
@@ -201,6 +221,51 @@ def _sweep(
     return loss, dq, dk
 
 
+def _softmax_block(
+    t: Tensor,
+    softmax: Callable[[Tensor], Tensor],
+    entries: tuple[Tensor, Tensor] | None,
+    diag_col: int,
+    q: Tensor,
+    k: Tensor,
+    row_grad: Tensor | None,
+    out: tuple[Tensor, Tensor] | None,
+) -> Tensor:
+    """InfoNCE's block losses ``−log π`` ``(r,)`` from ``t = S − c`` ``(r, M)`` by the compiled row softmax.
+
+    ``softmax`` overwrites ``t`` by ``P = E / den`` and returns ``den``
+    (:mod:`contrastlab.losses.masked_ratio_compiled`); ``π_i = P_i,diag_col+i + Σ P`` over the row's
+    ``entries`` (rows, columns of the extra positives, block coordinates). If ``out = (∂Q rows, ∂K)``
+    the gradient block ``P − [positive] P / π`` (times ``row_grad``) is formed in ``t`` and sent into
+    ``∂Q = G K`` and ``∂K += Gᵀ Q``.
+
+    Raises:
+        _RowSumUnderflow: a row's denominator or numerator sum is below ``_MIN_ROW_SUM``.
+    """
+    den = softmax(t)
+    own = t.diagonal(diag_col)  # (r,): a view of the own positives' entries
+    pi = own.clone()
+    vals = None
+    if entries is not None:
+        vals = t[entries]
+        pi.index_add_(0, entries[0], vals)
+    if not (bool((den >= _MIN_ROW_SUM).all()) and bool((den * pi >= _MIN_ROW_SUM).all())):
+        raise _RowSumUnderflow
+    if out is not None:
+        inv = pi.reciprocal()  # (r,)
+        own.sub_(own * inv)
+        if entries is not None and vals is not None:
+            t.index_put_(entries, vals * inv[entries[0]].neg(), accumulate=True)
+        dq, dk = out
+        if row_grad is None:
+            torch.mm(t, k, out=dq)
+            dk.addmm_(t.T, q)
+        else:
+            torch.mm(t, k, out=dq).mul_(row_grad.unsqueeze(1))
+            dk.addmm_(t.T, q * row_grad.unsqueeze(1))
+    return pi.log().neg()
+
+
 class _MaskedLogRatio(torch.autograd.Function):
     """``ℓ_i = log den_i − log num_i`` with the gradient made in the forward (see the module docstring)."""
 
@@ -214,9 +279,10 @@ class _MaskedLogRatio(torch.autograd.Function):
         dcl: bool,
         diagonal: Tensor,
         col_offset: int,
+        compiled: bool,
     ) -> Tensor:
-        loss, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, None, True)
-        ctx.args = (mask, weights, dcl, diagonal, col_offset)
+        loss, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, None, True, compiled)
+        ctx.args = (mask, weights, dcl, diagonal, col_offset, compiled)
         ctx.save_for_backward(q, k, dq, dk)
         return loss
 
@@ -225,8 +291,8 @@ class _MaskedLogRatio(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, dq, dk = ctx.saved_tensors
         if not bool((grad == grad[0]).all()):  # rows weighted unequally: sweep again with their weights
-            mask, weights, dcl, diagonal, col_offset = ctx.args
-            _, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, grad, True)
+            mask, weights, dcl, diagonal, col_offset, compiled = ctx.args
+            _, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, grad, True, compiled)
         else:
             dq, dk = dq * grad[0], dk * grad[0]
         return (
@@ -237,7 +303,40 @@ class _MaskedLogRatio(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
+
+
+def _compiled_is_faster(q: Tensor, k: Tensor) -> bool:
+    """``compiled="auto"``: whether the compiled row softmax beat the eager ``exp`` and row sum on the first block.
+
+    Measured once per (device, dtype, block rows, power of two of M) and process
+    (:func:`contrastlab.losses.compiled_choice.measured_choice`) on ``Q Kᵀ`` of the first block's rows.
+    """
+    m = k.shape[0]
+    r = min(q.shape[0], max(1, 2 * _BLOCK_BYTES // (m * q.element_size())))
+    key = ("masked_info_nce", q.device.type, q.dtype, r, max(1, m - 1).bit_length())
+
+    def make() -> tuple[Callable[[], object], Callable[[], object]]:
+        block = q[:r].detach() @ k.detach().T  # (r, M)
+        work = torch.empty_like(block)
+        softmax = compiled_softmax_rows()
+
+        def done() -> None:
+            if work.is_cuda:
+                torch.cuda.synchronize(work.device)
+
+        def eager() -> None:
+            work.copy_(block).exp_().sum(dim=1)
+            done()
+
+        def compiled() -> None:
+            softmax(work.copy_(block))
+            done()
+
+        return eager, compiled
+
+    return measured_choice(key, make)
 
 
 def masked_log_ratio(
@@ -249,6 +348,7 @@ def masked_log_ratio(
     dcl: bool,
     diagonal: Tensor,
     col_offset: int = 0,
+    compiled: bool | str = False,
 ) -> Tensor | None:
     """Per-row ``log Σ_{C(i)} w e^S − log Σ_{P(i)} w e^S`` of ``S = Q Kᵀ`` in one streamed sweep, or ``None``.
 
@@ -265,6 +365,10 @@ def masked_log_ratio(
         diagonal: exact values of the own positives' logits ``S_i,col_offset+i`` (no gradient flows
             through these values; the gradient of those entries is taken as for every other logit).
         col_offset: column of row 0's own positive.
+        compiled: ``True`` makes InfoNCE's blocks (no weights; no dense mask) by the compiled row
+            softmax of :mod:`contrastlab.losses.masked_ratio_compiled` (opt-in: the first call of a dtype
+            compiles); ``"auto"`` only if it measured faster on the first block, once per process and
+            shape (:mod:`contrastlab.losses.compiled_choice`).
 
     Returns:
         The per-row losses, or ``None`` when a row's numerator or denominator sum falls below
@@ -278,10 +382,11 @@ def masked_log_ratio(
     diag = diagonal.detach()
     w = None if weights is None else weights.detach().to(q.dtype)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+    use = compiled is True or (compiled == "auto" and weights is None and not dcl and _compiled_is_faster(q, k))
     try:
         if needs_grad:
-            out: Tensor = _MaskedLogRatio.apply(q, k, positive_mask, w, dcl, diag, col_offset)
+            out: Tensor = _MaskedLogRatio.apply(q, k, positive_mask, w, dcl, diag, col_offset, use)
             return out
-        return _sweep(q, k, positive_mask, w, dcl, diag, col_offset, None, False)[0]
+        return _sweep(q, k, positive_mask, w, dcl, diag, col_offset, None, False, use)[0]
     except _RowSumUnderflow:
         return None

@@ -40,6 +40,7 @@ from contrastlab.losses._common import (
     device_of,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.compiled_choice import check_compiled, measured_choice
 from contrastlab.losses.siglip_compiled import compiled_blocks
 from contrastlab.losses.temperature import LearnableTemperature
 
@@ -145,9 +146,9 @@ def _forward(
     :func:`_exact_block`.
 
     ``weight`` None means every row has weight 1. ``grads`` says which of (q, k, bias) need a gradient.
-    ``compiled`` makes each block's softplus row sums and ``σ(L)`` with the compiled functions of
-    :mod:`contrastlab.losses.siglip_compiled` instead of the eager passes (the gradient block is then a
-    fresh block-sized tensor).
+    ``compiled`` makes each block's softplus row sums, ``σ(L)`` (in the block buffer) and the row sums
+    of ``σ(L)`` (for ``∂b``) with the compiled functions of :mod:`contrastlab.losses.siglip_compiled`
+    instead of the eager passes.
     """
     n, m = q.shape[0], k.shape[0]
     b = bias.detach()
@@ -165,10 +166,12 @@ def _forward(
         neg = torch.addmm(-b, q[i0:i1], k.T, alpha=-1.0, out=buf[: i1 - i0])  # (r, M): −L = −b − Q Kᵀ
         pos = neg.diagonal(offset + i0).neg()  # (r,): the positives' logits L_i,offset+i
         g = buf[: i1 - i0]
+        g_rows = None  # (r,): the row sums of G, when the compiled pass made them
         if loss_block is not None and loss_grad_block is not None:  # the compiled pass: exact for finite L
             if grad:
-                row, g = loss_grad_block(neg)
+                row, sigma_rows = loss_grad_block(neg)  # the buffer now holds σ(L)
                 g.diagonal(offset + i0).copy_(torch.sigmoid(-pos).neg_())  # σ(L_ii) − 1
+                g_rows = sigma_rows - 1.0
             else:
                 row = loss_block(neg)
             loss[i0:i1] = row - pos
@@ -179,13 +182,49 @@ def _forward(
         # G = ∂ℓ/∂L = σ(L) − I, (r, M)
         if weight is not None:
             g.mul_(weight[i0:i1, None])
+            g_rows = None if g_rows is None else g_rows * weight[i0:i1]
         if dq is not None:
             torch.mm(g, k, out=dq[i0:i1])
         if dk is not None:
             dk.addmm_(g.T, q[i0:i1])
         if db is not None:
-            db += g.sum()
+            db += g.sum() if g_rows is None else g_rows.sum()
     return loss, dq, dk, db
+
+
+def _compiled_is_faster(q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: int, grad: bool) -> bool:
+    """``compiled="auto"``: whether the compiled block pass beat the eager one on this loss's first block.
+
+    Measured once per (device, dtype, block rows, power of two of M, grad) and process
+    (:func:`contrastlab.losses.compiled_choice.measured_choice`).
+    """
+    r, m = min(rows, q.shape[0]), k.shape[0]
+    key = ("siglip", q.device.type, q.dtype, r, max(1, m - 1).bit_length(), grad)
+
+    def make() -> tuple[Any, Any]:
+        b = bias.detach()
+        qr, kd = q[:r].detach(), k.detach()
+        block = torch.addmm(-b, qr, kd.T, alpha=-1.0)  # (r, M): the first block's −L
+        work, row = torch.empty_like(block), q.new_empty(r)
+        pos = block.diagonal(offset).neg()
+        acc = q.new_empty(r, 2 * -(-m // _SLICES))
+        loss_block, loss_grad_block = compiled_blocks()
+
+        def done() -> None:
+            if work.is_cuda:
+                torch.cuda.synchronize(work.device)
+
+        def eager() -> None:
+            _eager_block(work.copy_(block), pos, qr, kd, b, offset, grad, row, acc)
+            done()
+
+        def compiled() -> None:
+            (loss_grad_block if grad else loss_block)(work.copy_(block))
+            done()
+
+        return eager, compiled
+
+    return measured_choice(key, make)
 
 
 class _SigmoidPairs(torch.autograd.Function):
@@ -249,7 +288,7 @@ def siglip(
     reduction: str = "mean",
     chunk_size: int | None = None,
     gather: bool = False,
-    compiled: bool = False,
+    compiled: bool | str = False,
 ) -> Tensor:
     """SigLIP's pairwise sigmoid loss (Zhai et al. 2023, arXiv 2303.15343, eq. 1 and Algorithm 1).
 
@@ -272,10 +311,12 @@ def siglip(
         gather: under torch.distributed, contrast this rank's anchors with the positives of every rank
             and return this rank's share of the global loss (the mean of the shares over ranks is the
             single-process loss, with exact gradients); the identity in one process.
-        compiled: make each block's element-wise pass (the softplus row sums and σ(L)) with functions
-            compiled by ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`) instead of the
-            eager passes, the reference. Opt-in: the first call of each dtype pays the compile (seconds
-            to minutes); the same numbers to rounding.
+        compiled: ``True`` makes each block's element-wise pass (the softplus and σ row sums, σ(L))
+            with a function compiled by ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`)
+            instead of the eager passes, the reference and the default (``False``); ``"auto"`` uses it
+            only if it measured faster on this call's first block, once per process and shape
+            (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call of each dtype pays the
+            compile (seconds to minutes); the same numbers to rounding.
 
     Returns:
         The loss, a float32 scalar (float64 if an input is float64), or ``(N,)`` for ``reduction="none"``.
@@ -310,7 +351,7 @@ def siglip(
             )
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("normalize", normalize)
-        check_bool("compiled", compiled)
+        checked["compiled"] = check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["dtype"] = dtype = compute_dtype(anchor, positive)
         checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
@@ -329,10 +370,14 @@ def siglip(
         k = tiled.normalize_scale(k)
     k_all, offset = distributed.gather_with_grad(k) if gather else (k, 0)  # (N_global, D)
     rows = _block_rows(k_all.shape[0], q.element_size(), chunk_size)
-    if torch.is_grad_enabled() and (q.requires_grad or k_all.requires_grad or b.requires_grad):
-        per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows, compiled)
+    grad = torch.is_grad_enabled() and (q.requires_grad or k_all.requires_grad or b.requires_grad)
+    use_compiled = checked["compiled"]
+    if use_compiled == "auto":
+        use_compiled = _compiled_is_faster(q, k_all, b, offset, rows, grad)
+    if grad:
+        per_row = _SigmoidPairs.apply(q, k_all, b, offset, rows, use_compiled)
     else:
-        per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False), compiled)[0]
+        per_row = _forward(q, k_all, b, offset, rows, None, (False, False, False), use_compiled)[0]
     check_finite_loss(per_row, "siglip", gather=gather)
     if reduction == "none":
         return per_row
@@ -357,7 +402,7 @@ class SigLIPLoss(nn.Module):
         reduction: ``"mean"``, ``"sum"`` or ``"none"``.
         chunk_size: rows per block of the streamed pass (see :func:`siglip`).
         gather: contrast with the positives of every rank (see :func:`siglip`).
-        compiled: the compiled element-wise pass (opt-in; see :func:`siglip`).
+        compiled: the compiled element-wise pass: ``False``, ``True`` or ``"auto"`` (see :func:`siglip`).
 
     Examples:
         >>> loss = SigLIPLoss()
@@ -378,7 +423,7 @@ class SigLIPLoss(nn.Module):
         reduction: str = "mean",
         chunk_size: int | None = None,
         gather: bool = False,
-        compiled: bool = False,
+        compiled: bool | str = False,
     ) -> None:
         super().__init__()
         check_positive_float("temperature", temperature)
@@ -390,8 +435,7 @@ class SigLIPLoss(nn.Module):
         check_choice("reduction", reduction, REDUCTIONS)
         tiled.check_chunk_size(chunk_size)
         check_bool("gather", gather)
-        check_bool("compiled", compiled)
-        self.compiled = compiled
+        self.compiled = check_compiled(compiled)
         self.learnable = learnable
         self.normalize = normalize
         self.reduction = reduction

@@ -46,6 +46,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from contrastlab._checks import check_bool
+from contrastlab.losses.stripe_calibration import calibrated_chunk_size
 
 __all__ = [
     "DENSE_MEMORY_BUDGET_BYTES",
@@ -86,6 +87,11 @@ _DENSE_BLOCK_BYTES = 1 << 24
 # (docs/performance.md): N = 65,536 (64 rows) 1.24× the matmul limit against the tiled kernel's 1.32×;
 # N = 131,072 (32 rows) 1.54× against 1.34×.
 _MIN_STREAM_ROWS = 64
+# With ``like`` the planner measures the stripe height where a dense block would hold fewer rows than this
+# (M > 16,384 in float32): there a forward + backward takes seconds, so a calibration of about a second,
+# once per process, is worth its cost; below, every stripe height measured alike within the noise
+# (docs/performance.md) and the dense blocks are kept.
+_CALIBRATE_BELOW_ROWS = 256
 
 
 def dense_bytes(n_rows: int, n_cols: int, itemsize: int) -> int:
@@ -117,6 +123,7 @@ def plan_chunk_size(
     memory_budget_bytes: int = DENSE_MEMORY_BUDGET_BYTES,
     *,
     keeps_logits: bool = True,
+    like: Tensor | None = None,
 ) -> int | None:
     """Decide between the dense path (return ``None``) and tiling (return the tile side).
 
@@ -130,6 +137,12 @@ def plan_chunk_size(
             When it streams blocks of rows instead, its memory is linear in N + M, and it is chosen
             whatever the budget as long as a 16 MiB block holds at least 64 rows (M ≤ 65,536 in
             float32); beyond, the tiled kernel is faster (``docs/performance.md``).
+        like: the candidates ``(M, D)`` (their D, dtype and device), for a streamed caller
+            (``keeps_logits`` False) that runs tiles as full-width stripes (:func:`stripe_rows`): where a
+            16 MiB block would hold fewer than 256 rows (M > 16,384 in float32), the tile side is then
+            measured (:func:`contrastlab.losses.stripe_calibration.calibrated_chunk_size`, once per
+            process) instead of taken from the fixed rule, and the stripes are used whenever they are
+            taller than the dense block. ``None`` keeps the fixed rule.
 
     Returns:
         ``None`` for the dense path, else the tile side (≥ 1).
@@ -137,11 +150,17 @@ def plan_chunk_size(
     chunk_size = check_chunk_size(chunk_size)
     if chunk_size is not None:
         return chunk_size
-    if not keeps_logits and n_cols * itemsize * _MIN_STREAM_ROWS <= _DENSE_BLOCK_BYTES:
-        return None
-    if dense_bytes(n_rows, n_cols, itemsize) <= memory_budget_bytes:
-        return None
-    return DEFAULT_CHUNK_SIZE
+    fits = dense_bytes(n_rows, n_cols, itemsize) <= memory_budget_bytes
+    if keeps_logits:
+        return None if fits else DEFAULT_CHUNK_SIZE
+    dense_rows = _DENSE_BLOCK_BYTES // (n_cols * itemsize)
+    if like is None or dense_rows >= _CALIBRATE_BELOW_ROWS:
+        return None if dense_rows >= _MIN_STREAM_ROWS or fits else DEFAULT_CHUNK_SIZE
+    side = calibrated_chunk_size(n_cols, like.shape[-1], like.dtype, like.device)
+    rows = stripe_rows(side, n_cols)
+    if rows is not None and rows > dense_rows:  # measured: taller stripes than the dense block pay
+        return side
+    return None if dense_rows >= _MIN_STREAM_ROWS or fits else side
 
 
 def stripe_rows(chunk_size: int, n_cols: int) -> int | None:

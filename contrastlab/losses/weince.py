@@ -122,6 +122,7 @@ from contrastlab.losses._common import (
     l2_normalize,
     resolve_inverse_temperature,
 )
+from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
 from contrastlab.losses.weince_kernels import (
@@ -139,6 +140,7 @@ from contrastlab.losses.weince_stream import (
     _WeinceStream,
     block_anchors,
     coefficients,
+    compiled_is_faster,
     gather_dot,
     streamed_tail,
 )
@@ -239,6 +241,7 @@ def weince(
     return_stats: bool = False,
     gather: bool = False,
     chunk_size: int | None = None,
+    compiled: bool | str = False,
 ) -> Tensor | tuple[Tensor, WEINCEStats]:
     """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
 
@@ -282,6 +285,12 @@ def weince(
             :data:`contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
             process, a fixed τ, no auxiliary terms), else blocks of that many bytes. Explicit
             negatives are computed densely (their N × M or N × K logits).
+        compiled: ``True``: SimCLR's views take the streamed kernel with each block's element-wise work
+            done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince_compiled`)
+            instead of the eager passes, the reference and the default (``False``); ``"auto"``: the
+            streamed kernel, compiled only if that measured faster on the first block of anchors, once
+            per process and shape (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call
+            of each dtype pays the compile; the same numbers to rounding. Explicit negatives ignore it.
 
     Returns:
         The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
@@ -323,6 +332,7 @@ def weince(
         return_stats=return_stats,
         gather=gather,
         chunk_size=chunk_size,
+        compiled=compiled,
     )
 
 
@@ -401,6 +411,7 @@ class _Call(NamedTuple):
     gathered: bool  # candidates come from other ranks too
     n_global: int
     chunk_size: int | None
+    compiled: bool | str
 
 
 def weince_with(
@@ -415,6 +426,7 @@ def weince_with(
     return_stats: bool = False,
     gather: bool = False,
     chunk_size: int | None = None,
+    compiled: bool | str = False,
 ) -> Tensor | tuple[Tensor, WEINCEStats]:
     """:func:`weince` with its hyperparameters given as one validated :class:`WEINCEOptions`.
 
@@ -429,6 +441,7 @@ def weince_with(
         n_local = _validate_inputs(z_a, z_b, negatives)
         check_choice("reduction", reduction, REDUCTIONS)
         check_bool("return_stats", return_stats)
+        check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["beta_prev"] = _beta_prev(beta_ema, options.global_beta)
         checked["dtype"] = dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
@@ -456,6 +469,7 @@ def weince_with(
             gathered,
             n_global,
             checked["chunk_size"],
+            compiled,
         )
         if negatives is not None:
             parts = _explicit_negatives(call, negatives)
@@ -483,7 +497,8 @@ def weince_with(
 def _fused(call: _Call) -> bool:
     """Whether SimCLR's views take the fused single-block kernel (:class:`_WeinceSimCLR`).
 
-    One process, a fixed τ, no auxiliary terms, no ``chunk_size`` and a 2N × 2N matrix within one
+    One process, a fixed τ, no auxiliary terms, no ``chunk_size``, not ``compiled`` (the compiled
+    pass is the streamed kernel's) and a 2N × 2N matrix within one
     block of the streamed sweep (:data:`STREAM_BLOCK_BYTES`: 2N ≤ 1,448 in float32): there the
     whole matrix is the one block, and the fused kernel, which reads it once for the statistics and
     keeps it for the loss, makes one GEMM fewer than the streamed sweeps.
@@ -492,6 +507,7 @@ def _fused(call: _Call) -> bool:
     itemsize = torch.finfo(call.dtype).bits // 8
     return (
         call.chunk_size is None
+        and not call.compiled
         and isinstance(call.inv_t, float)
         and call.options.aux_top_m == 0
         and not call.gathered
@@ -676,7 +692,10 @@ def _simclr_streamed(call: _Call) -> _Parts:
         co = coefficients(lam, lam_beta, st.s_max, inv_f, _u_min(o.eps, dtype))
         inv_tensor = inv_t if isinstance(inv_t, Tensor) else torch.tensor(inv_t, dtype=dtype, device=device)
         ahead = torch.is_grad_enabled() and raw.requires_grad and call.reduction != "none"
-        loss = _WeinceStream.apply(local, views, inv_tensor, pos_index, self_cols, co, refine, rows, ahead)
+        use = call.compiled
+        if use == "auto":
+            use = compiled_is_faster(local, views, pos_index, self_cols, co, refine, rows, ahead)
+        loss = _WeinceStream.apply(local, views, inv_tensor, pos_index, self_cols, co, refine, rows, ahead, use)
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
@@ -813,6 +832,7 @@ class WEINCELoss(nn.Module):
         reduction: str = "mean",
         gather: bool = False,
         chunk_size: int | None = None,
+        compiled: bool | str = False,
     ) -> None:
         super().__init__()
         if not isinstance(temperature, (nn.Module, Tensor)):
@@ -835,6 +855,7 @@ class WEINCELoss(nn.Module):
         self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.gather = check_bool("gather", gather)  # every rank's β_t state moves alike under gather
         self.chunk_size = tiled.check_chunk_size(chunk_size)
+        self.compiled = check_compiled(compiled)
         self.register_buffer("beta_ema", torch.tensor(float(global_beta.init), dtype=torch.float64))
         self.last_stats: WEINCEStats | None = None
 
@@ -851,6 +872,7 @@ class WEINCELoss(nn.Module):
             return_stats=True,
             gather=self.gather,
             chunk_size=self.chunk_size,
+            compiled=self.compiled,
         )
         if self.training and stats.beta_ema is not None:
             self.beta_ema.copy_(stats.beta_ema)

@@ -39,6 +39,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from contrastlab.losses.compiled_choice import measured_choice
+from contrastlab.losses.weince_compiled import compiled_weince_block
 from contrastlab.losses.weince_tail import (
     _concat_fits,
     _crowded_rows,
@@ -323,6 +325,117 @@ def _sweep(
     return _Sweep(loss, tau_factor, dq, dk)
 
 
+def _shortfalls_by_anchor(
+    q: Tensor, k: Tensor, i0: int, i1: int, self_cols: Tensor, refine: Refinement | None, out: Tensor
+) -> Tensor:
+    """:func:`_shortfalls` laid out anchors × candidates: ``u = 1 − s`` ``(b, C)`` into ``out``.
+
+    The GEMM writes ``1 − s`` itself (``addmm`` of 1 with ``alpha = −1``, one rounding as in
+    :func:`_shortfalls`); the float64 entries are the same values, transposed, written in the same order.
+    """
+    u = torch.addmm(q.new_ones(()), q[i0:i1], k.T, alpha=-1.0, out=out)
+    if refine is not None:
+        v64 = refine.views64
+        if refine.cands.numel():
+            u[:, refine.cands] = torch.rsub(v64[refine.cands] @ v64[self_cols[i0:i1]].T, 1.0).T.to(u.dtype)
+        rows = torch.nonzero(refine.anchors[i0:i1]).squeeze(1)
+        if rows.numel():
+            u[rows] = torch.rsub(v64 @ v64[self_cols[i0 + rows]].T, 1.0).T.to(u.dtype)
+    return u
+
+
+def _sweep_compiled(
+    q: Tensor,
+    k: Tensor,
+    pos_index: Tensor,
+    self_cols: Tensor,
+    co: Coefficients,
+    refine: Refinement | None,
+    rows: int,
+    *,
+    want_grad: bool,
+    grad: Tensor | None = None,
+    want_tau: bool = False,
+) -> _Sweep:
+    """:func:`_sweep` with each block's element-wise work done by compiled functions, anchors × candidates.
+
+    The functions are :mod:`contrastlab.losses.weince_compiled`'s; one block buffer holds the shortfalls
+    and then, in place, the gradient block.
+    """
+    r, c = q.shape[0], k.shape[0]
+    buf = q.new_empty(min(rows, r) * c)  # one block: the shortfalls, then the gradient block in place
+    loss = q.new_empty(r)
+    tau_factor = q.new_empty(r) if want_tau else None
+    dq = torch.empty_like(q) if want_grad else None
+    dk = torch.zeros_like(k) if want_grad else None
+    u_min = co.u_min
+    u_min_t = torch.tensor(u_min, dtype=q.dtype, device=q.device)
+    block_sums, gradient_block_ = compiled_weince_block()
+    for i0 in range(0, r, rows):
+        i1 = min(r, i0 + rows)
+        bsz = i1 - i0
+        ar = torch.arange(bsz, device=q.device)
+        sr, pr = self_cols[i0:i1].unsqueeze(1), pos_index[i0:i1]  # the block's self (b, 1) and positive columns
+        a_r, b_r, a_c = co.a[:, i0:i1].T, co.b[:, i0:i1].T, co.a_c[:, i0:i1].T  # (b, 1) each
+        u = _shortfalls_by_anchor(q, k, i0, i1, self_cols, refine, _flat_block(buf, bsz, c))  # (b, C)
+        u_pos = u[ar, pr].unsqueeze(1)  # (b, 1)
+        log_pos = torch.log(u_pos.clamp(u_min, 2.0) if co.clamp else u_pos)
+        pos_shifted = torch.addcmul(a_c, log_pos, b_r, value=-1.0).addcmul_(u_pos, a_r, value=-1.0)
+        col_sum, eu = block_sums(u, a_c, b_r, a_r, sr, u_min_t)  # (b, 1) each: Σ_j p̃_ij, Σ_j p̃_ij u_ij
+        loss[i0:i1] = (col_sum.log() - pos_shifted).view(-1)
+        if tau_factor is not None:
+            tau_factor[i0:i1] = (u_pos - eu / col_sum).view(-1)
+        if not want_grad:
+            continue
+        assert dq is not None and dk is not None
+        inv_pos = torch.where(u_pos > u_min, u_pos.reciprocal(), 0.0) if co.clamp else u_pos.reciprocal()
+        g_pos = a_r + b_r * inv_pos  # dℓ/ds at the positives
+        w = col_sum.reciprocal()
+        if grad is not None:
+            gb = grad[i0:i1].view(-1, 1)
+            w, g_pos = w * gb, g_pos * gb
+        gradient_block_(u, a_c, b_r, a_r, sr, u_min_t, w)  # G without the one-hot term, in place
+        u[ar, pr] -= g_pos.view(-1)
+        torch.mm(u, k, out=dq[i0:i1])
+        dk.addmm_(u.T, q[i0:i1])
+    return _Sweep(loss, tau_factor, dq, dk)
+
+
+def compiled_is_faster(
+    q: Tensor,
+    k: Tensor,
+    pos_index: Tensor,
+    self_cols: Tensor,
+    co: Coefficients,
+    refine: Refinement | None,
+    rows: int,
+    want_grad: bool,
+) -> bool:
+    """``compiled="auto"``: whether :func:`_sweep_compiled` beat :func:`_sweep` on the first block of anchors.
+
+    Both sweeps run on the first ``rows`` anchors (their GEMMs included, the same in both); measured once
+    per (device, dtype, block rows, power of two of the candidates, gradient) and process
+    (:func:`contrastlab.losses.compiled_choice.measured_choice`).
+    """
+    r, c = min(rows, q.shape[0]), k.shape[0]
+    key = ("weince", q.device.type, q.dtype, r, max(1, c - 1).bit_length(), want_grad)
+
+    def make() -> tuple[Callable[[], object], Callable[[], object]]:
+        qd, kd = q[:r].detach(), k.detach()
+
+        def run(sweep: Callable[..., _Sweep]) -> Callable[[], object]:
+            def call() -> None:
+                sweep(qd, kd, pos_index, self_cols, co, refine, rows, want_grad=want_grad)
+                if qd.is_cuda:
+                    torch.cuda.synchronize(qd.device)
+
+            return call
+
+        return run(_sweep), run(_sweep_compiled)
+
+    return measured_choice(key, make)
+
+
 class _WeinceStream(torch.autograd.Function):
     """WEINCE's per-anchor loss over SimCLR's views, streamed in blocks of anchors (:func:`_sweep`).
 
@@ -347,9 +460,12 @@ class _WeinceStream(torch.autograd.Function):
         refine: Refinement | None,
         rows: int,
         grad_ahead: bool,
+        compiled: bool = False,
     ) -> Tensor:
         want_tau = bool(ctx.needs_input_grad[2])
-        res = _sweep(q, k, pos_index, self_cols, co, refine, rows, want_grad=grad_ahead, want_tau=want_tau)
+        sweep = _sweep_compiled if compiled else _sweep
+        res = sweep(q, k, pos_index, self_cols, co, refine, rows, want_grad=grad_ahead, want_tau=want_tau)
+        ctx.sweep = sweep
         ctx.args = (pos_index, self_cols, co, refine, rows)
         ctx.grad_ahead = grad_ahead
         ctx.tau_factor = res.tau_factor
@@ -367,13 +483,13 @@ class _WeinceStream(torch.autograd.Function):
         elif ctx.ahead is not None and bool((grad == grad[0]).all()):  # every row alike: scale what was made
             dq, dk = (x * grad[0] for x in ctx.ahead)
         else:
-            res = _sweep(q, k, *ctx.args, want_grad=True, grad=grad)
+            res = ctx.sweep(q, k, *ctx.args, want_grad=True, grad=grad)
             dq, dk = res.dq, res.dk
         d_inv_t = None
         if ctx.tau_factor is not None:
             co: Coefficients = ctx.args[2]
             d_inv_t = (grad * co.one_minus_lam.view(-1) * ctx.tau_factor).sum()
-        return dq, dk, d_inv_t, None, None, None, None, None, None
+        return dq, dk, d_inv_t, None, None, None, None, None, None, None
 
 
 class _GatherDot(torch.autograd.Function):

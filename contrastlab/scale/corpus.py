@@ -14,8 +14,9 @@ refused, naming the file and line, and so is a corpus without documents.
 :meth:`TextCorpus.scan` reads the corpus once (memory: one line or file at a time) to check it, count its
 documents and hash it (SHA-256 of the bytes; for a DIR, of each file's name, size and bytes), and records
 the byte offset of every ``stride``-th line, so that :meth:`TextCorpus.read` reads the documents
-``start … stop − 1`` of a stride-aligned range without reading what comes before: a Ray task reads its
-shard's texts from the corpus itself, which must therefore be at the same path on every node.
+``start … stop − 1`` without reading what comes before: it seeks to the last recorded offset at or before
+``start`` and skips at most ``stride − 1`` lines. A Ray task reads its texts from the corpus itself, which
+must therefore be at the same path on every node.
 """
 
 from __future__ import annotations
@@ -114,21 +115,23 @@ class TextCorpus:
         return cls(p, "dir", len(names), h.hexdigest(), size, stride, files=tuple(names))
 
     def read(self, start: int, stop: int) -> list[str]:
-        """The documents ``start … stop − 1``; ``start`` must be a multiple of ``stride``.
+        """The documents ``start … stop − 1`` (a FILE: reads from the recorded offset at or before ``start``).
 
         Raises:
-            ValueError: a range outside the corpus or not stride-aligned, or a corpus that changed since
-                the scan (fewer lines, or bytes no longer text).
+            ValueError: an empty range or one outside the corpus, or a corpus that changed since the scan
+                (fewer lines, or bytes no longer text).
         """
-        if not (0 <= start < stop <= self.count) or start % self.stride:
-            raise ValueError(
-                f"documents {start} … {stop - 1}: not a {self.stride}-aligned range of 0 … {self.count - 1}"
-            )
+        if not (0 <= start < stop <= self.count):
+            raise ValueError(f"documents {start} … {stop - 1}: not a non-empty range of 0 … {self.count - 1}")
         if self.kind == "dir":
             return [_decode((self.path / n).read_bytes(), str(self.path / n)) for n in self.files[start:stop]]
         out: list[str] = []
         with open(self.path, "rb") as f:
-            f.seek(self.offsets[start // self.stride])
+            first = start - start % self.stride
+            f.seek(self.offsets[first // self.stride])
+            for n in range(first, start):
+                if not f.readline():
+                    raise ValueError(f"{self.path}: ends before line {n + 1}; the corpus changed since it was read")
             for n in range(start, stop):
                 raw = f.readline()
                 if not raw:

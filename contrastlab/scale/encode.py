@@ -6,13 +6,19 @@ keeps the shards an interrupted run finished and verified) and encodes the shard
 
 - ``local``: shard by shard in this process; the texts of a shard are encoded in batches of
   ``batch_size``, sorted by length (less padding), and the shard is written.
-- ``ray``: a Ray Data pipeline. One read task per missing shard reads its texts from the corpus (rows
-  ``{"id", "text"}``), ``map_batches`` hands batches of at most ``batch_size`` rows to a fixed pool of
-  ``actors`` actors (:class:`EncodeActor`, ``ActorPoolStrategy(size=actors)``), each of which loads the model once,
-  checks its fingerprint against the driver's, and returns ``{"id", "emb"}``. Ray Data does not keep the
-  rows' order, so each row carries its id; the driver gathers the rows of each shard (shard
-  ``id // shard_rows``) and writes the shard as soon as all its rows are in, exactly the shards the
-  one-process path writes.
+- ``ray``: a Ray Data pipeline over the missing shards cut into tasks of at most ``task_rows`` rows (a
+  task never crosses a shard boundary). A fixed pool of ``actors`` actors (:class:`EncodeActor`,
+  ``ActorPoolStrategy(size=actors)``), each of which loads the model once and checks its fingerprint
+  against the driver's, takes one task at a time: it reads the task's texts from the corpus, encodes them
+  in batches of ``batch_size`` and returns ``{"id", "emb"}``. Ray Data does not keep the rows' order, so
+  each row carries its id; the driver gathers the rows of each shard (shard ``id // shard_rows``) and
+  writes the shard as soon as all its rows are in, exactly the shards the one-process path writes.
+
+  Why the tasks are ranges read inside the actor, each one row of the pipeline (``batch_size=1``): Ray
+  Data bundles small input blocks until a bundle holds a ``map_batches`` batch of rows, so a pipeline of
+  one-row "shard index" items with a batch of 64 texts hands every shard to *one* actor task, and one
+  actor encodes the whole corpus while the others idle. Tasks of a few batches also balance the actors
+  when one starts later than another (its model load) and keep the driver's first rows early.
 
 The two engines write the same store: the same shard names, row counts, id ranges, ids, model identity
 and corpus identity. The embeddings are equal to float32 rounding, not bitwise: a Ray batch mixes texts
@@ -20,11 +26,11 @@ differently from a one-process batch, so the padded length and the matrix shapes
 and a float32 BERT's output moves by a few units in the last place (the tests allow ``1e-5`` of the
 largest absolute value). Within one engine and one machine a re-run reproduces the same bits.
 
-Memory: an actor holds the model, one batch of at most ``batch_size`` texts (each truncated to the
-model's ``max_seq_length`` tokens), its activations and its ``(batch_size, D)`` result; Ray Data's
-streaming executor bounds the blocks in flight. The driver holds the rows of the shards not yet complete
-(one shard per read task in flight, usually a few) and one copy of the model (for the identity; it is
-released before the pipeline starts).
+Memory: an actor holds the model, one task's ``task_rows`` texts and ``(task_rows, D)`` result, and the
+activations of one batch of at most ``batch_size`` texts (each truncated to the model's ``max_seq_length``
+tokens); Ray Data's streaming executor bounds the tasks in flight. The driver holds the rows of the
+shards not yet complete (Ray hands out tasks in shard order, so usually one or two shards) and one copy of
+the model (for the identity; it is released before the pipeline starts).
 """
 
 from __future__ import annotations
@@ -48,8 +54,10 @@ __all__ = [
     "EncoderSource",
     "EncodeResult",
     "EncodeActor",
+    "default_task_rows",
     "encode_batch",
     "encode_corpus",
+    "task_ranges",
     "DEFAULT_SHARD_ROWS",
     "DEFAULT_BATCH_SIZE",
 ]
@@ -59,6 +67,11 @@ DEFAULT_SHARD_ROWS = 65_536
 
 DEFAULT_BATCH_SIZE = 64
 """Texts per forward pass (the audit's default)."""
+
+TASK_BATCHES = 8
+"""Batches per Ray task by default (``task_rows = min(shard_rows, 8 · batch_size)``): 512 texts of MiniLM are
+a few seconds of one core, long beside Ray's per-task cost (milliseconds) and short enough to balance the
+actors."""
 
 
 class Encoder(Protocol):
@@ -130,19 +143,23 @@ def encode_batch(encoder: Encoder, texts: list[str], batch_size: int) -> np.ndar
 
 
 class EncodeActor:
-    """The Ray actor of the encode: loads the model once, then encodes ``{"id", "text"}`` batches.
+    """The Ray actor of the encode: loads the model once, then reads and encodes one range of the corpus per call.
 
     Args:
+        corpus: the scanned corpus (read at the same path on every node).
         source: the encoder's recipe.
         fingerprint: the driver's fingerprint of the model; a different model here is refused.
         batch_size: texts per forward pass.
         threads: torch intra-op threads of this actor.
     """
 
-    def __init__(self, source: EncoderSource, fingerprint: str, batch_size: int, threads: int) -> None:
+    def __init__(
+        self, corpus: TextCorpus, source: EncoderSource, fingerprint: str, batch_size: int, threads: int
+    ) -> None:
         import torch
 
         torch.set_num_threads(threads)
+        self.corpus = corpus
         self.encoder = source.load()
         got = source.identity(self.encoder).get("fingerprint")
         if got != fingerprint:
@@ -150,26 +167,28 @@ class EncodeActor:
         self.batch_size = batch_size
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """``{"id": (n,), "text": (n,)}`` → ``{"id": (n,), "emb": (n, D)}``."""
-        emb = encode_batch(self.encoder, [str(t) for t in batch["text"]], self.batch_size)
-        return {"id": np.asarray(batch["id"], dtype=np.int64), "emb": emb}
-
-
-@dataclass(frozen=True)
-class _ReadShard:
-    """The Ray read task: a shard index → its rows ``{"id", "text"}``."""
-
-    corpus: TextCorpus
-    bounds: tuple[tuple[int, int], ...]
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """``{"start": (n,), "stop": (n,)}`` ranges → ``{"id": (rows,), "emb": (rows, D)}``, their documents."""
         ids: list[np.ndarray] = []
         texts: list[str] = []
-        for i in batch["shard"]:
-            start, stop = self.bounds[int(i)]
+        for start, stop in zip(batch["start"].tolist(), batch["stop"].tolist(), strict=True):
             ids.append(np.arange(start, stop, dtype=np.int64))
             texts.extend(self.corpus.read(start, stop))
-        return {"id": np.concatenate(ids), "text": np.array(texts, dtype=object)}
+        return {"id": np.concatenate(ids), "emb": encode_batch(self.encoder, texts, self.batch_size)}
+
+
+def default_task_rows(shard_rows: int, batch_size: int) -> int:
+    """Rows per Ray task when none is given: ``min(shard_rows, TASK_BATCHES · batch_size)``."""
+    return min(shard_rows, TASK_BATCHES * batch_size)
+
+
+def task_ranges(bounds: list[tuple[int, int]], task_rows: int) -> list[tuple[int, int]]:
+    """The Ray tasks of an encode: each shard ``(start, stop)`` in ``bounds`` cut into ranges of ``task_rows``.
+
+    >>> task_ranges([(0, 5), (5, 8)], 2)
+    [(0, 2), (2, 4), (4, 5), (5, 7), (7, 8)]
+    """
+    _positive("task_rows", task_rows)
+    return [(a, min(a + task_rows, stop)) for start, stop in bounds for a in range(start, stop, task_rows)]
 
 
 def _positive(name: str, value: int) -> None:
@@ -187,6 +206,7 @@ def encode_corpus(
     batch_size: int = DEFAULT_BATCH_SIZE,
     actors: int = 2,
     actor_threads: int = 1,
+    task_rows: int | None = None,
     threads: int | None = None,
     on_shard: Callable[[int, ShardRecord], None] | None = None,
 ) -> EncodeResult:
@@ -194,7 +214,7 @@ def encode_corpus(
 
     Args:
         corpus: a FILE (one document per line) or DIR (``*.txt``), see :mod:`contrastlab.scale.corpus`; or
-            one already scanned with ``stride=shard_rows``.
+            one already scanned (its ``stride`` only sets how far a read may skip; ``task_rows`` reads best).
         source: the encoder's recipe (e.g. :class:`contrastlab.audit.text_model.TextModelSource`).
         out: the store folder: new, empty, or an interrupted encode of the same corpus and model.
         engine: where to run (default: this process).
@@ -202,6 +222,7 @@ def encode_corpus(
         batch_size: texts per forward pass (the Ray batch size too).
         actors: Ray actors (each loads the model once).
         actor_threads: torch threads (and Ray CPUs) per actor.
+        task_rows: rows per Ray task (default ``min(shard_rows, TASK_BATCHES · batch_size)``).
         threads: torch threads of the one-process encode (default: torch's current setting).
         on_shard: called after each shard is written, with its index and record.
 
@@ -215,12 +236,9 @@ def encode_corpus(
     for name, value in (("shard_rows", shard_rows), ("batch_size", batch_size), ("actors", actors)):
         _positive(name, value)
     _positive("actor_threads", actor_threads)
-    if isinstance(corpus, TextCorpus):
-        if corpus.stride != shard_rows:
-            raise ValueError(f"corpus: scanned with stride {corpus.stride}, the encode needs shard_rows {shard_rows}")
-        text_corpus = corpus
-    else:
-        text_corpus = TextCorpus.scan(corpus, stride=shard_rows)
+    task_rows = default_task_rows(shard_rows, batch_size) if task_rows is None else task_rows
+    _positive("task_rows", task_rows)
+    text_corpus = corpus if isinstance(corpus, TextCorpus) else TextCorpus.scan(corpus, stride=task_rows)
     encoder = source.load()
     identity = source.identity(encoder)
     writer = StoreWriter(
@@ -256,6 +274,7 @@ def encode_corpus(
             batch_size,
             actors,
             actor_threads,
+            task_rows,
             written,
             rows_in,
             timings,
@@ -306,6 +325,7 @@ def _encode_on_ray(
     batch_size: int,
     actors: int,
     actor_threads: int,
+    task_rows: int,
     written: Callable[[int, ShardRecord], None],
     rows_in: Callable[[], None],
     timings: dict[str, float],
@@ -324,17 +344,16 @@ def _encode_on_ray(
         need = {i: writer.bounds[i][1] - writer.bounds[i][0] for i in pending}
         parts: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {i: [] for i in pending}
         have = dict.fromkeys(pending, 0)
-        ds = (
-            ray.data.from_items([{"shard": i} for i in pending], override_num_blocks=len(pending))
-            .map_batches(_ReadShard(corpus, tuple(writer.bounds)), batch_size=1, batch_format="numpy")
-            .map_batches(
-                EncodeActor,
-                fn_constructor_args=(source, identity["fingerprint"], batch_size, actor_threads),
-                batch_size=batch_size,
-                batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=actors),
-                num_cpus=actor_threads,
-            )
+        tasks = task_ranges([writer.bounds[i] for i in pending], task_rows)
+        ds = ray.data.from_items(
+            [{"start": a, "stop": b} for a, b in tasks], override_num_blocks=len(tasks)
+        ).map_batches(
+            EncodeActor,
+            fn_constructor_args=(corpus, source, identity["fingerprint"], batch_size, actor_threads),
+            batch_size=1,  # one task per call: see the module docstring
+            batch_format="numpy",
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            num_cpus=actor_threads,
         )
         for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
             rows_in()

@@ -6,6 +6,10 @@ call to every actor and gathers the results in shard order; array arguments (the
 object store once per call, not once per shard. Actors are dealt round-robin over the cluster's alive
 nodes (shard ``i`` on node ``i mod nodes``, a soft affinity: another node if that one cannot take it) and
 reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch threads run when asked).
+A query runs on every shard at once, so each actor computes with ``threads`` faiss and torch threads, by
+default its node's CPUs divided by the shards on that node (at least one): a worker process otherwise
+inherits the driver's ``OMP_NUM_THREADS``, and two shards of 2 OpenMP threads each on 2 cores spin against
+each other.
 
 :func:`ray_sharded_search` builds a corpus from in-memory ``(ids, embeddings)`` shards (put in the object
 store once, then held by the actors); :func:`ray_store_search` has every actor read its own shard of an
@@ -25,12 +29,12 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from contrastlab._checks import check_positive_float
+from contrastlab._checks import check_int, check_positive_float
 from contrastlab.scale.cluster import Engine
 from contrastlab.search.index import SearchResult
 from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher
 
-__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search", "query_store"]
+__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search", "query_store", "shard_threads"]
 
 Shards = Sequence[tuple[Tensor | np.ndarray, Tensor | np.ndarray]]
 
@@ -38,7 +42,12 @@ Shards = Sequence[tuple[Tensor | np.ndarray, Tensor | np.ndarray]]
 class _ShardHost:
     """The body of a shard actor: loads one shard, then runs :class:`ShardSearcher` methods on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int) -> None:
+        import faiss
+        import torch
+
+        faiss.omp_set_num_threads(threads)
+        torch.set_num_threads(threads)
         self.shard: ShardSearcher | None = None
 
     def load(self, ids: np.ndarray, embeddings: np.ndarray, metric: str) -> ShardInfo:
@@ -54,6 +63,13 @@ class _ShardHost:
     def call(self, method: str, *args: Any) -> Any:
         assert self.shard is not None, "shard not loaded"
         return getattr(self.shard, method)(*args)
+
+    def threads(self) -> tuple[int, int]:
+        """``(faiss, torch)`` threads of this actor."""
+        import faiss
+        import torch
+
+        return faiss.omp_get_max_threads(), torch.get_num_threads()
 
     def node(self) -> str:
         import ray
@@ -93,6 +109,10 @@ class RayShards:
         """The node id of each shard's actor."""
         return _gather(self.ray, [actor.node.remote() for actor in self.actors])
 
+    def threads(self) -> list[tuple[int, int]]:
+        """``(faiss, torch)`` threads of each shard's actor."""
+        return _gather(self.ray, [actor.threads.remote() for actor in self.actors])
+
     def close(self) -> None:
         """End the actors."""
         for actor in self.actors:
@@ -100,22 +120,42 @@ class RayShards:
         self.actors = []
 
 
-def _actors(ray: ModuleType, n: int, num_cpus: float) -> list[Any]:
+def shard_threads(node_cpus: Sequence[float], shards: int) -> list[int]:
+    """Threads of each shard actor: its node's CPUs divided by the shards on that node, at least 1.
+
+    Shard ``i`` runs on node ``i mod len(node_cpus)``, as :func:`ray_sharded_search` deals them.
+
+    >>> shard_threads([4, 2], 3)
+    [2, 2, 2]
+    """
+    per_node = [len(range(j, shards, len(node_cpus))) for j in range(len(node_cpus))]
+    return [max(1, int(node_cpus[i % len(node_cpus)] // per_node[i % len(node_cpus)])) for i in range(shards)]
+
+
+def _actors(ray: ModuleType, n: int, num_cpus: float, threads: int | None = None) -> list[Any]:
     """``n`` shard actors dealt round-robin over the alive nodes (Ray's ``SPREAD`` is only best-effort)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = sorted(node["NodeID"] for node in ray.nodes() if node.get("Alive"))
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    nodes = sorted((node["NodeID"], node["Resources"].get("CPU", 1.0)) for node in ray.nodes() if node.get("Alive"))
+    each = shard_threads([cpus for _, cpus in nodes], n) if threads is None else [threads] * n
     host = ray.remote(_ShardHost)
     return [
         host.options(
-            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)], soft=True)
-        ).remote()
+            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)][0], soft=True)
+        ).remote(each[i])
         for i in range(n)
     ]
 
 
 def ray_sharded_search(
-    shards: Shards, *, metric: str = "cosine", num_cpus: float = 0.0, ray: ModuleType | None = None
+    shards: Shards,
+    *,
+    metric: str = "cosine",
+    num_cpus: float = 0.0,
+    threads: int | None = None,
+    ray: ModuleType | None = None,
 ) -> ShardedSearch:
     """A :class:`ShardedSearch` whose shards are held by Ray actors, one per ``(ids, embeddings)`` pair.
 
@@ -125,6 +165,7 @@ def ray_sharded_search(
         shards: ``(ids (n,), embeddings (n, D))`` per shard.
         metric: ``"cosine"`` or ``"ip"``.
         num_cpus: CPUs each actor reserves.
+        threads: faiss and torch threads of each actor (default: :func:`shard_threads`).
         ray: the ``ray`` module (default: imported).
 
     Returns:
@@ -134,7 +175,7 @@ def ray_sharded_search(
     check_positive_float("num_cpus", num_cpus, allow_zero=True)
     if not shards:
         raise ValueError("shards: the corpus has no shard")
-    actors = _actors(ray, len(shards), num_cpus)
+    actors = _actors(ray, len(shards), num_cpus, threads)
     group = RayShards(ray, actors)
     try:
         _gather(
@@ -151,11 +192,17 @@ def ray_sharded_search(
 
 
 def ray_store_search(
-    path: str | os.PathLike[str], *, metric: str = "cosine", num_cpus: float = 0.0, ray: ModuleType | None = None
+    path: str | os.PathLike[str],
+    *,
+    metric: str = "cosine",
+    num_cpus: float = 0.0,
+    threads: int | None = None,
+    ray: ModuleType | None = None,
 ) -> ShardedSearch:
     """A :class:`ShardedSearch` over an embedding store: each actor reads and verifies its own shard.
 
-    The store's folder must be readable from every node (a shared file system, or one machine).
+    The store's folder must be readable from every node (a shared file system, or one machine). The
+    arguments are those of :func:`ray_sharded_search`.
 
     Raises:
         ValueError: the store or one of its shards is missing, truncated or altered (named).
@@ -164,7 +211,7 @@ def ray_store_search(
 
     ray = ray or _ray()
     check_positive_float("num_cpus", num_cpus, allow_zero=True)
-    actors = _actors(ray, len(EmbeddingStore.open(path).shards), num_cpus)
+    actors = _actors(ray, len(EmbeddingStore.open(path).shards), num_cpus, threads)
     group = RayShards(ray, actors)
     try:
         _gather(ray, [a.load_store_shard.remote(str(Path(path).resolve()), i, metric) for i, a in enumerate(actors)])

@@ -314,6 +314,9 @@ def test_bundled_minilm_audit_on_a_small_pairs_file(tmp_path: Path) -> None:
     assert m["num_documents"] == 10 and m["norm_cv"] > 0  # pre-normalisation norms vary
     assert m["recall@1"] > 0.5  # ten distinct functions: the pretrained model finds most of them
     assert m["gpd_xi"] is None  # 24 queries x 9 negatives: too few for the 0.99-quantile tail fit
+    claims = res["norm_claims"]["claims"]  # the word list and the pairs do not depend on the pairs file
+    assert claims["frequency"]["estimate"]["n"] == 2000 and claims["specificity"]["estimate"]["n"] == 120
+    assert claims["frequency"]["verdict"] == "opposite" and claims["specificity"]["verdict"] == "shown"  # docs/norms.md
 
 
 def test_a_missing_model_fails_before_the_corpus_is_built(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -107,6 +107,9 @@ def test_an_export_is_audited_as_the_model_it_came_from(folders: tuple[Path, Pat
         assert onnx_m[key] == torch_m[key], key
     for key in ("tau_star", "norm_cv", "log_partition"):
         assert math.isclose(onnx_m[key], torch_m[key], rel_tol=1e-4), key
+    for claim in ("frequency", "specificity"):  # the words and pairs through onnxruntime and its tokenizer
+        t, o = (runs[r]["norm_claims"]["claims"][claim]["estimate"] for r in ("torch", "onnx"))
+        assert o["n"] == t["n"] > 0 and math.isclose(o["value"], t["value"], abs_tol=1e-3), claim
 
 
 def test_an_export_has_a_store_identity_that_follows_its_files(folders: tuple[Path, Path], tmp_path: Path) -> None:

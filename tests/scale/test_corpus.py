@@ -20,10 +20,12 @@ def test_file_lines_are_documents(tmp_path: Path):
     assert c.read(2, 4) == ["", "three ünï"] and c.read(4, 5) == ["four"]
     f.write_bytes(f.read_bytes() + b"\n")  # a final newline adds no document
     assert TextCorpus.scan(f, stride=2).count == 5
-    with pytest.raises(ValueError, match="not a 2-aligned range"):
-        c.read(1, 3)
-    with pytest.raises(ValueError, match="not a 2-aligned range"):
-        c.read(4, 6)
+    for start in range(5):  # any start: seek to the recorded offset before it, skip the lines between
+        for stop in range(start + 1, 6):
+            assert c.read(start, stop) == ["zero", "one", "", "three ünï", "four"][start:stop]
+    for bad in ((4, 6), (3, 3), (-1, 2)):
+        with pytest.raises(ValueError, match="not a non-empty range"):
+            c.read(*bad)
 
 
 def test_folder_txt_files_in_name_order(tmp_path: Path):

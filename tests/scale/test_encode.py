@@ -132,6 +132,41 @@ def test_ray_resumes_an_interrupted_encode_and_equals_the_one_process_store(
     np.testing.assert_allclose(emb, ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
 
 
+def test_ray_encode_hands_work_to_every_actor_at_once(inputs, ray_cluster, tmp_path: Path):
+    # Each actor's first call blocks until both actors have begun one: the encode completes only if Ray hands
+    # tasks to both actors while the first is still busy (a pipeline that bundles every shard into one task
+    # of one actor waits here until the barrier's timeout and fails).
+    import ray
+
+    from tests.scale import _barrier
+
+    ray.cloudpickle.register_pickle_by_value(_barrier)  # the actors need not import the tests
+    _, corpus = inputs
+    (tmp_path / "barrier").mkdir()
+    source = _barrier.BarrierSource(tmp_path / "barrier", actors=2)
+    engine = Engine("ray", ray_cluster.address)
+    result = encode_corpus(
+        corpus, source, tmp_path / "store", shard_rows=SHARD_ROWS, batch_size=BATCH, engine=engine, actors=2
+    )
+    assert len(list((tmp_path / "barrier").iterdir())) == 2
+    ids, emb = result.store.read_all()
+    lines = corpus.read_text().splitlines()
+    assert np.array_equal(ids, np.arange(ROWS))
+    assert np.array_equal(emb[:, 0], [len(t) for t in lines])  # each row's own text, whatever actor it took
+
+
+def test_task_ranges_cut_each_shard_and_never_cross_one():
+    from contrastlab.scale.encode import default_task_rows, task_ranges
+
+    assert task_ranges([(0, 10), (10, 20), (20, 27)], 4) == [
+        (0, 4), (4, 8), (8, 10), (10, 14), (14, 18), (18, 20), (20, 24), (24, 27)
+    ]  # fmt: skip
+    assert task_ranges([(20, 27)], 100) == [(20, 27)]
+    assert default_task_rows(65_536, 64) == 512 and default_task_rows(100, 64) == 100
+    with pytest.raises(ValueError, match="task_rows"):
+        task_ranges([(0, 3)], 0)
+
+
 # ------------------------------------------------------------------------------------------- command line
 
 

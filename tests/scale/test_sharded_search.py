@@ -36,6 +36,15 @@ def ray_mod(ray_cluster):
     return ray
 
 
+def test_shard_threads_share_each_nodes_cpus() -> None:
+    from contrastlab.scale.sharded_search import shard_threads
+
+    assert shard_threads([4, 2], 3) == [2, 2, 2]
+    assert shard_threads([2, 2], 2) == [2, 2]
+    assert shard_threads([2, 2], 64) == [1] * 64
+    assert shard_threads([8], 3) == [2, 2, 2]
+
+
 def test_shards_spread_over_both_nodes_and_topk_ties_match_one_flat_index(ray_mod) -> None:
     from contrastlab.scale.sharded_search import ray_sharded_search
 
@@ -48,6 +57,8 @@ def test_shards_spread_over_both_nodes_and_topk_ties_match_one_flat_index(ray_mo
     sharded = ray_sharded_search(_split(ids, emb, [1, 119, 180]), metric="ip", ray=ray_mod)
     try:
         assert len(set(sharded.group.nodes())) == 2  # spread over the head and the worker node
+        # 2 CPUs per node; node 0 holds shards 0 and 2, node 1 shard 1
+        assert sharded.group.threads() == [(1, 1), (2, 2), (1, 1)]
         for k in (1, 10, 150):
             _, want, _ = exact_topk(flat, queries, k)
             np.testing.assert_array_equal(sharded.search(queries, k).ids, want)

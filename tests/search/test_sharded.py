@@ -8,7 +8,7 @@ import torch
 
 from contrastlab.search import EmbeddingIndex, entropy, log_partition, log_prob
 from contrastlab.search.mining import mine_hard_negatives
-from contrastlab.search.sharded import ShardedSearch, exact_topk, merge_log_partitions
+from contrastlab.search.sharded import TIE_MARGIN, ShardedSearch, exact_topk, merge_log_partitions
 from contrastlab.search.softmax import SoftmaxSearch
 from tests.search.test_mining import _world as mining_world
 from tests.search.test_mining import sentence_transformers_negatives
@@ -58,6 +58,47 @@ def test_topk_with_exact_ties_is_ordered_by_score_then_id(k: int) -> None:
     flat.add(emb, ids=ids)
     _, flat_ids, _ = exact_topk(flat, queries, k)
     np.testing.assert_array_equal(flat_ids, want)
+
+
+def _counting(index: EmbeddingIndex) -> list[int]:
+    depths: list[int] = []
+    search = index.search
+
+    def spy(queries, k, **kw):
+        depths.append(k)
+        return search(queries, k, **kw)
+
+    index.search = spy  # type: ignore[method-assign]
+    return depths
+
+
+def test_a_tie_within_the_margin_costs_no_second_search() -> None:
+    # rows 3, 17 and 90 are one vector: per query, k is set so that the tie straddles the k-th place
+    rng = np.random.default_rng(4)
+    emb = rng.normal(size=(200, 8)).astype(np.float32)
+    emb[[17, 90]] = emb[3]
+    ids = np.arange(200, dtype=np.int64)[::-1].copy()  # the copy at row 90 has the smallest id of the three
+    index = EmbeddingIndex(8, metric="ip")
+    index.add(emb, ids=ids)
+    for query in rng.normal(size=(6, 1, 8)).astype(np.float32):
+        order = list(_brute_topk(query, emb, ids, 200)[0])
+        k = order.index(ids[90]) + 1  # the first copy is the k-th; the other two follow it
+        depths = _counting(index)
+        _, got, _ = exact_topk(index, query, k)
+        assert depths == [min(k + TIE_MARGIN, 200)]
+        np.testing.assert_array_equal(got[0], order[:k])
+        index = EmbeddingIndex(8, metric="ip")
+        index.add(emb, ids=ids)
+
+
+def test_more_equal_scores_than_the_margin_search_deeper_until_the_tie_ends() -> None:
+    ids, emb, queries = _tied_world(n=600)  # about 600 / 9 rows per integer score: ties far wider than the margin
+    index = EmbeddingIndex(4, metric="ip")
+    index.add(emb, ids=ids)
+    depths = _counting(index)
+    _, got, _ = exact_topk(index, queries, 5)
+    assert len(depths) > 1 and depths[1] == 2 * depths[0]
+    np.testing.assert_array_equal(got, _brute_topk(queries, emb, ids, 5))
 
 
 def test_topk_excluding_an_id_per_query() -> None:
