@@ -337,6 +337,8 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["pairs"] = args.pairs
     if args.quiet:
         overrides["progress"] = False
+    if args.compress:
+        overrides["compress"] = True
     cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
     out = Path(args.out) if args.out else default_out_dir("audit")
     try:
@@ -644,6 +646,12 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--compress",
+        action="store_true",
+        help="also audit each prefix width × storage (float32, int8, binary, PQ) against the full model "
+        "(--compress_widths, --compress_pq_bits refine it)",
+    )
     from contrastlab.scale.cluster import add_engine_arguments
 
     add_engine_arguments(p)

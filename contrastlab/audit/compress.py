@@ -56,6 +56,7 @@ __all__ = [
     "compression_audit",
     "default_widths",
     "plot_compression",
+    "pq_min_documents",
 ]
 
 STORAGES = ("float32", "int8", "binary", "binary_rescore", "pq")
@@ -168,6 +169,11 @@ def _check_inputs(queries: Tensor, documents: Tensor, relevant: np.ndarray) -> n
     return rel.astype(np.int64)
 
 
+def pq_min_documents(bits: int) -> int:
+    """The fewest documents a ``bits``-bit product quantizer is trained on here: 39·2^bits (see above)."""
+    return _PQ_MIN_POINTS * 2**bits
+
+
 def _pq_bits(n_docs: int, pq_bits: int | None) -> int | None:
     """The explicit ``pq_bits`` if trainable on ``n_docs`` documents, else the largest of 8, 6, 4 that is.
 
@@ -177,13 +183,13 @@ def _pq_bits(n_docs: int, pq_bits: int | None) -> int | None:
     if pq_bits is not None:
         if isinstance(pq_bits, bool) or not isinstance(pq_bits, int) or not 1 <= pq_bits <= 16:
             raise ValueError(f"pq_bits must be an int in [1, 16], got {pq_bits!r}")
-        if n_docs < _PQ_MIN_POINTS * 2**pq_bits:
+        if n_docs < pq_min_documents(pq_bits):
             raise ValueError(
                 f"pq_bits: a {pq_bits}-bit product quantizer needs at least {_PQ_MIN_POINTS} × 2^{pq_bits} = "
-                f"{_PQ_MIN_POINTS * 2**pq_bits} documents to train on, got {n_docs}"
+                f"{pq_min_documents(pq_bits)} documents to train on, got {n_docs}"
             )
         return pq_bits
-    return next((b for b in (8, 6, 4) if n_docs >= _PQ_MIN_POINTS * 2**b), None)
+    return next((b for b in (8, 6, 4) if n_docs >= pq_min_documents(b)), None)
 
 
 def _settings(

@@ -57,6 +57,12 @@ class AuditConfig:
     """seeds every draw of the audit"""
     progress: bool = True
     """show progress bars while encoding"""
+    compress: bool = False
+    """also run the compression audit: every prefix width × storage (float32, int8, binary, binary rescored, product quantizer) searched with the audited queries, documents and τ*"""
+    compress_widths: tuple[int, ...] = ()
+    """with compress: the prefix widths audited besides the full one, each at most the embedding width; empty = 256, 128, 64, 32 where smaller"""
+    compress_pq_bits: int = 0
+    """with compress: bits per product-quantizer code, in [1, 16] (at least 39·2^bits documents to train on); 0 = the largest of 8, 6, 4 trainable on the documents searched"""
 
     def __post_init__(self) -> None:
         from contrastlab.train.dataconf import check_fields
@@ -90,6 +96,12 @@ class AuditConfig:
             raise ValueError(f"ks must be positive ints, got {self.ks!r}")
         if isinstance(self.risk_temperature, bool) or not self.risk_temperature > 0:
             raise ValueError(f"risk_temperature must be > 0, got {self.risk_temperature!r}")
+        if any(isinstance(w, bool) or not isinstance(w, int) or w < 1 for w in self.compress_widths):
+            raise ValueError(f"compress_widths must be positive ints, got {self.compress_widths!r}")
+        if len(set(self.compress_widths)) != len(self.compress_widths):
+            raise ValueError(f"compress_widths must not repeat a width, got {self.compress_widths!r}")
+        if not (self.compress_pq_bits == 0 or 1 <= self.compress_pq_bits <= 16):
+            raise ValueError(f"compress_pq_bits must be 0 (automatic) or in [1, 16], got {self.compress_pq_bits!r}")
         if not 0 < self.tau_min < self.tau_max:
             raise ValueError(f"tau_min must satisfy 0 < tau_min < tau_max, got {self.tau_min}, {self.tau_max}")
 

@@ -15,7 +15,9 @@ The audit runs in five stages, each timed in ``results.json`` (``timing.stages``
    (``contrastlab.scale.sharded_search``); both run the same per-shard code and exact merges;
 4. **diagnostics** — retrieval, the softmax search, the risk curve, tails and norms, the passes over the
    whole document set going through the corpus; then the norm paper's three claims
-   (:mod:`contrastlab.audit.norm_audit`, which embeds its word list and word pairs here);
+   (:mod:`contrastlab.audit.norm_audit`, which embeds its word list and word pairs here); with ``compress``,
+   the compression audit (:func:`~contrastlab.audit.compress.compression_audit`) of the same queries and
+   documents at τ*;
 5. **report** — summary, tables and figures, written atomically.
 """
 
@@ -40,6 +42,7 @@ from torch import Tensor
 
 from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
+from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression, pq_min_documents
 from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.figures import plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
@@ -127,6 +130,11 @@ def load_inputs(cfg: AuditConfig, rng: np.random.Generator) -> AuditInputs:
     words = load_words(cfg, has_text_model=pairs.query_emb is None)  # before the model: a bad file fails at once
     encoder = load_model(cfg) if pairs.query_emb is None else None
     ev, va, docs = _select(pairs, cfg, rng)
+    if cfg.compress and cfg.compress_pq_bits and docs.size < pq_min_documents(cfg.compress_pq_bits):
+        raise ValueError(
+            f"compress_pq_bits: a {cfg.compress_pq_bits}-bit product quantizer needs at least "
+            f"{pq_min_documents(cfg.compress_pq_bits)} documents to train on, the audit searches {docs.size}"
+        )
     return AuditInputs(pairs=pairs, encoder=encoder, eval_pairs=ev, valid_pairs=va, documents=docs, words=words)
 
 
@@ -134,7 +142,8 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
     """Store stage: encode (or look up) the audited queries and documents.
 
     Raises:
-        ValueError: the model embeds queries and documents to different dimensions.
+        ValueError: the model embeds queries and documents to different dimensions, or (with ``compress``)
+            a ``compress_widths`` entry exceeds the embedding width.
     """
     pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
     t_enc = time.perf_counter()
@@ -157,6 +166,11 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
     encode_s = time.perf_counter() - t_enc
     if q_raw.shape[1] != d_raw.shape[1]:
         raise ValueError(f"model: queries embed to D = {q_raw.shape[1]} but documents to D = {d_raw.shape[1]}")
+    too_wide = [w for w in cfg.compress_widths if w > d_raw.shape[1]] if cfg.compress else []
+    if too_wide:
+        raise ValueError(
+            f"compress_widths: width {too_wide[0]} is larger than the embedding width D = {d_raw.shape[1]}"
+        )
     return AuditEmbeddings(queries=q_raw, documents=d_raw, model=model_desc, encode_s=encode_s)
 
 
@@ -297,6 +311,7 @@ class _Found:
     nd: dict[str, Any]
     fit_on: str
     claims: NormClaims | None = None
+    compression: CompressionResult | None = None
 
 
 def _diagnose(
@@ -350,7 +365,19 @@ def _diagnose(
         rng=rng,
     )
     claims = _norm_claims(inputs, norms, q_texts, ret.correct_top1, softmax_top1, cfg, rng)
-    return _Found(ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on, claims)
+    compression = None
+    if cfg.compress:  # the raw embeddings: each prefix is cut from them and renormalised
+        compression = compression_audit(
+            q_eval,
+            d_raw,
+            rel_eval,
+            widths=cfg.compress_widths or None,
+            temperature=tau,
+            pq_bits=cfg.compress_pq_bits or None,
+        )
+    return _Found(
+        ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on, claims, compression
+    )
 
 
 def _norm_claims(
@@ -527,6 +554,9 @@ def _report(
         summary = f"{summary} {claims['summary']}"
         metrics.update(claims["metrics"])
         tables.append(claims["table"])
+    if found.compression is not None:
+        summary = f"{summary} {_compression_sentence(found.compression)}"
+        tables.append(found.compression.table())
     results: dict[str, Any] = {
         "name": "audit",
         "summary": summary,
@@ -549,6 +579,8 @@ def _report(
         "host": host_info(),
         "argv": list(sys.argv),
     }
+    if found.compression is not None:
+        results["compression"] = found.compression
 
     # stage in a temporary folder beside out, then move in
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -566,6 +598,8 @@ def _report(
         plot_norms(norms, freq, ret.correct_top1, stage / "norms.png", title=title)
         if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
             _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
+        if found.compression is not None:
+            plot_compression(found.compression, stage / "compression.png")
         results["figures"] = [
             {
                 "file": "search.png",
@@ -577,6 +611,11 @@ def _report(
                 "file": "norm_claims.png",
                 "caption": "The norm paper's claims: word norms against frequency by token count, and the "
                 "(specific, general) pairs' log-norm differences against their length difference.",
+            },
+            {
+                "file": "compression.png",
+                "caption": "Compression: R@1 against bytes per vector, one curve per storage (numbers are prefix "
+                "widths), the full model circled.",
             },
         ]
         results["figures"] = [f for f in results["figures"] if (stage / f["file"]).is_file()]
@@ -594,3 +633,24 @@ def _report(
     final = to_jsonable(results)
     final["out_dir"] = str(out)
     return final
+
+
+def _compression_sentence(result: CompressionResult) -> str:
+    """The summary's sentence on the compression audit: the fewest bytes per vector that keep R@1.
+
+    A setting keeps R@1 when the 95% interval of its paired difference from the full model reaches 0.
+    """
+    full = result.rows[0]
+    kept = [r for r in result.rows if r is full or r.paired["recall@1"].high >= 0]
+    best = min(kept, key=lambda r: (r.bytes_per_vector, -r.metrics["recall@1"].mean))
+    smallest = min(result.rows, key=lambda r: (r.bytes_per_vector, -r.metrics["recall@1"].mean))
+    skipped = f" Not audited: {'; '.join(result.skipped)}." if result.skipped else ""
+    return (
+        f"Compression at τ*: {len(result.rows)} width × storage settings from {full.bytes_per_vector:g} down to "
+        f"{smallest.bytes_per_vector:g} bytes per vector; the fewest bytes whose R@1 is not significantly below the "
+        f"full model's ({full.metrics['recall@1'].mean:.3f}; paired 95% interval) is {best.width}-d {best.storage} "
+        f"at {best.bytes_per_vector:g} bytes{f' ({best.note})' if best.note else ''} "
+        f"(R@1 = {best.metrics['recall@1'].mean:.3f}, "
+        f"Δ = {best.paired['recall@1'].mean:+.3f}); the smallest, {smallest.width}-d {smallest.storage}, has "
+        f"R@1 = {smallest.metrics['recall@1'].mean:.3f}.{skipped}"
+    )

