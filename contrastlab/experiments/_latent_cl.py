@@ -29,7 +29,7 @@ from contrastlab.models import MLP
 from contrastlab.seeds import stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
-from contrastlab.worlds.restricted import sample_pairs, sample_restricted_negatives
+from contrastlab.worlds.restricted import Concentration, sample_pairs, sample_restricted_negatives
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
 __all__ = ["LatentRun", "LatentTraining", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
@@ -61,7 +61,7 @@ class LatentRun:
     lr: float = 1e-3
     tau: float = 0.3
     kappa: float | None = None
-    concentration: Literal["code", "eq6"] = "code"
+    concentration: Concentration = "code"
     hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
     batch_norm: bool = True
     norm_order: Literal["pre_act", "post_act"] = "post_act"
@@ -88,6 +88,10 @@ class LatentTraining:
     norm_order: Literal["pre_act", "post_act"] = "post_act"
     """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
     pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
+    concentration: Concentration = "code"
+    """law of the positive on the slice K(z): code = the paper's code (vMF(v̂, κ) on the unit sub-sphere,
+    a fair coin for the sign of the free coordinate when only one is free), eq6 = vMF(v̂, κ r²) (eq. 6
+    exactly), kappa = vMF(v̂, κ) on every sub-sphere, the one-coordinate case too"""
     lr: float = 1e-3
     """Adam learning rate"""
     tau: float = 0.3
@@ -125,6 +129,7 @@ class LatentTraining:
             tau=self.tau,
             hidden=self.hidden,
             norm_order=self.norm_order,
+            concentration=self.concentration,
             linear_out_dim=linear_out_dim,
             n_test=self.n_test,
             shared_negatives=shared_negatives,
