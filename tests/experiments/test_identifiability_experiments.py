@@ -77,32 +77,18 @@ def test_progressive_and_constraint_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("module", [constraint_ratio, identifiability_table, progressive_violation])
 def test_configs_share_the_training_settings_and_document_every_field(module) -> None:
-    cfg = replace(
-        module.QUICK,
-        steps=7,
-        lr=0.01,
-        tau=0.2,
-        hidden=(9,),
-        norm_order="pre_act",
-        concentration="kappa",
-        n_test=33,
-    )
+    training = {
+        "steps": 7,
+        "lr": 0.01,
+        "tau": 0.2,
+        "hidden": (9,),
+        "norm_order": "pre_act",
+        "concentration": "kappa",
+        "n_test": 33,
+    }
+    cfg = replace(module.QUICK, **training)
     run = cfg.latent_run(generator="identity", d=3, d_fixed=1, n_negatives=4, batch_size=8, seed=5)
-    want = LatentRun(
-        generator="identity",
-        d=3,
-        d_fixed=1,
-        n_negatives=4,
-        batch_size=8,
-        steps=7,
-        lr=0.01,
-        tau=0.2,
-        hidden=(9,),
-        norm_order="pre_act",
-        concentration="kappa",
-        n_test=33,
-        seed=5,
-    )
+    want = LatentRun(generator="identity", d=3, d_fixed=1, n_negatives=4, batch_size=8, seed=5, **training)
     assert run == want
     docs = field_docs(module.Config)
     assert all(docs.get(f.name) for f in fields(module.Config)), docs
