@@ -23,13 +23,14 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import figures
+from contrastlab._checks import check_choice
 from contrastlab.eval.identifiability import identifiability_metrics
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP
 from contrastlab.seeds import stream_generator
 from contrastlab.train import OptimConfig, TrainConfig, fit, step_generator
 from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
-from contrastlab.worlds.restricted import sample_pairs, sample_restricted_negatives
+from contrastlab.worlds.restricted import Concentration, sample_pairs, sample_restricted_negatives
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
 __all__ = ["LatentRun", "LatentTraining", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
@@ -47,7 +48,10 @@ class LatentRun:
     with ``rho = 0`` and ``shared_negatives`` one fresh uniform batch of ``n_negatives`` is shared by all
     anchors (the paper's standard runs), otherwise every anchor gets its own. ``norm_order`` places the
     MLP encoder's BatchNorm: "post_act" (Linear → ReLU → BatchNorm1d, the paper's encoder) or "pre_act"
-    (Linear → BatchNorm1d → ReLU, cl-ica's order); see :class:`contrastlab.models.MLP`.
+    (Linear → BatchNorm1d → ReLU, cl-ica's order); see :class:`contrastlab.models.MLP`. ``forward_passes``
+    says how anchors, positives and negatives meet BatchNorm in training: "joint" (one forward pass over
+    all three, one set of batch statistics) or "separate" (three passes, each normalised by its own
+    statistics, as the paper's code does).
     """
 
     generator: str = "identity"
@@ -61,10 +65,11 @@ class LatentRun:
     lr: float = 1e-3
     tau: float = 0.3
     kappa: float | None = None
-    concentration: Literal["code", "eq6"] = "code"
+    concentration: Concentration = "code"
     hidden: tuple[int, ...] = (128, 256, 256, 256, 128)
     batch_norm: bool = True
     norm_order: Literal["pre_act", "post_act"] = "post_act"
+    forward_passes: Literal["joint", "separate"] = "joint"
     linear_out_dim: int | None = None
     n_test: int = 2000
     shared_negatives: bool = True
@@ -88,6 +93,14 @@ class LatentTraining:
     norm_order: Literal["pre_act", "post_act"] = "post_act"
     """BatchNorm placement in the MLP: post_act = Linear → ReLU → BatchNorm1d (the paper's encoder),
     pre_act = Linear → BatchNorm1d → ReLU (cl-ica's order)"""
+    forward_passes: Literal["joint", "separate"] = "joint"
+    """how anchors, positives and negatives pass the encoder in training: joint = one pass over all three
+    (BatchNorm uses one set of batch statistics), separate = three passes, each normalised by its own
+    batch statistics (the paper's code)"""
+    concentration: Concentration = "code"
+    """law of the positive on the slice K(z): code = the paper's code (vMF(v̂, κ) on the unit sub-sphere,
+    a fair coin for the sign of the free coordinate when only one is free), eq6 = vMF(v̂, κ r²) (eq. 6
+    exactly), kappa = vMF(v̂, κ) on every sub-sphere, the one-coordinate case too"""
     lr: float = 1e-3
     """Adam learning rate"""
     tau: float = 0.3
@@ -125,6 +138,8 @@ class LatentTraining:
             tau=self.tau,
             hidden=self.hidden,
             norm_order=self.norm_order,
+            forward_passes=self.forward_passes,
+            concentration=self.concentration,
             linear_out_dim=linear_out_dim,
             n_test=self.n_test,
             shared_negatives=shared_negatives,
@@ -193,6 +208,7 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
         "sec_per_step"}`` (wall-clock and CPU seconds of the training; CPU time is the better measure on
         a shared machine).
     """
+    check_choice("forward_passes", run.forward_passes, ("joint", "separate"))
     kappa = 1.0 / run.tau if run.kappa is None else run.kappa
     mixing = make_mixing(run.generator, run.d, seed=run.seed, out_dim=run.linear_out_dim)
     model = _Encoder(run, mixing)
@@ -200,9 +216,11 @@ def train_latent(run: LatentRun, out_dir: Path | None = None) -> dict[str, float
     per_anchor = _per_anchor(run)
 
     def loss_fn(model: nn.Module, batch: dict[str, Tensor]) -> Tensor:
-        # One forward pass for anchors, positives and negatives, so BatchNorm sees a single batch.
-        emb = model(torch.cat([batch["x"], batch["x_pos"], batch["x_neg"]]))
-        a, p, n = emb[:b], emb[b : 2 * b], emb[2 * b :]
+        if run.forward_passes == "joint":  # one pass: BatchNorm normalises all three with one set of statistics
+            emb = model(torch.cat([batch["x"], batch["x_pos"], batch["x_neg"]]))
+            a, p, n = emb[:b], emb[b : 2 * b], emb[2 * b :]
+        else:
+            a, p, n = model(batch["x"]), model(batch["x_pos"]), model(batch["x_neg"])
         negs = n.reshape(b, m, -1) if per_anchor else n
         return info_nce(a, p, negs, temperature=run.tau)
 

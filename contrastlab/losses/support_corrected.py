@@ -36,7 +36,7 @@ from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float
 from contrastlab.losses._common import REDUCTIONS, TemperatureLike, device_of
 from contrastlab.losses.info_nce import VARIANTS, info_nce
-from contrastlab.worlds.restricted import sample_restricted_positive, sample_uniform_slice
+from contrastlab.worlds.restricted import Concentration, sample_restricted_positive, sample_uniform_slice
 
 __all__ = [
     "SupportCorrectedInfoNCELoss",
@@ -134,7 +134,7 @@ def latent_support_negatives(
     *,
     mode: Literal["uniform", "augment"] = "uniform",
     kappa: float = 0.0,
-    concentration: Literal["code", "eq6"] = "code",
+    concentration: Concentration = "code",
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Latent negatives on the support K(z) of each anchor's positives.
@@ -146,7 +146,7 @@ def latent_support_negatives(
         mode: "uniform" — z_j⁻ ~ U(K(z)) (eqs. 7–8, exact); "augment" — z_j⁻ ~ P^K(·|z), further
             independent restricted-vMF augmentations of the anchor (the practical proxy, Alg. 14).
         kappa: κ of the augmentations (``mode="augment"`` only).
-        concentration: "code" or "eq6" (``mode="augment"`` only; see
+        concentration: "code", "eq6" or "kappa" (``mode="augment"`` only; see
             :func:`contrastlab.worlds.restricted.sample_restricted_positive`).
         generator: source of randomness.
 

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from contrastlab._checks import check_choice, check_positive_float
-from contrastlab.worlds.restricted import sample_pairs, sample_uniform_slice
+from contrastlab.worlds.restricted import Concentration, sample_pairs, sample_uniform_slice
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
 __all__ = ["DiversityCheck", "check_theorem_4_5", "first_order_constant", "h_lambda"]
@@ -120,7 +120,7 @@ def check_theorem_4_5(
     tau: float = 0.3,
     kappa: float | None = None,
     negatives: Literal["sphere", "slice"] = "sphere",
-    concentration: Literal["code", "eq6"] = "code",
+    concentration: Concentration = "code",
     n_anchors: int = 4096,
     n_negatives: int = 4096,
     n_chunks: int = 16,
@@ -136,7 +136,8 @@ def check_theorem_4_5(
         kappa: κ of the positives (default 1/τ, the matched case of Thm. 4.4).
         negatives: "sphere" (standard InfoNCE, uniform on S^{d−1}; shared within a chunk) or "slice"
             (support-corrected, uniform on K(z), per anchor).
-        concentration: "code" (κ on the unit sub-sphere) or "eq6" (κ r²).
+        concentration: the law of the positive on the slice, "code", "eq6" or "kappa" (see
+            :func:`contrastlab.worlds.restricted.sample_restricted_positive`).
         n_anchors: anchors per chunk.
         n_negatives: M per chunk (large: the log-mean-exp bias is O(1/M) and nearly cancels in the
             difference).

@@ -8,8 +8,11 @@ v ∈ R^ℓ, ℓ = d − m, the rest. The restricted slice is
 and the restricted positive law (Zaliaduonis et al. 2026, eq. 6) has density ∝ exp(κ zᵀz̃) with respect
 to the surface measure of K(z). Writing ṽ = r w with w on the unit sphere S^{ℓ−1} and v = r v̂,
 zᵀz̃ = ‖u‖² + r² v̂ᵀw, so w ~ vMF(v̂, κ r²): eq. (6) concentrates with κ r² on the unit sub-sphere. The
-paper's code draws w ~ vMF(v̂, κ) instead (and rescales by r); both are offered
-(``concentration="code"`` (default, what the reported numbers used) or ``"eq6"``).
+paper's code draws w ~ vMF(v̂, κ) instead (and rescales by r) when ℓ >= 2, and on S⁰ (ℓ = 1, one free
+coordinate) it draws the sign of ṽ by a fair coin, whatever κ and v. Three laws are offered
+(``concentration``): "code" (default; the paper's code, coin on S⁰ included), "eq6" (κ r² on every
+sub-sphere, eq. 6 exactly) and "kappa" (vMF(v̂, κ) on every sub-sphere, S⁰ too, where it keeps the sign
+with probability sigmoid(2κ)). "code" and "kappa" differ only when ℓ = 1.
 
 Diversity (Def. 3.1, P_Z ≪ P_{Z̃|z}) holds for ``d_fixed = 0`` and fails for every ``d_fixed >= 1``:
 K(z) has surface measure zero on S^{d−1}.
@@ -31,6 +34,7 @@ from contrastlab.worlds.sphere import sample_uniform_sphere, sample_vmf
 
 __all__ = [
     "CONCENTRATIONS",
+    "Concentration",
     "n_constrained",
     "sample_pairs",
     "sample_restricted_negatives",
@@ -39,7 +43,9 @@ __all__ = [
     "slice_radius",
 ]
 
-CONCENTRATIONS = ("code", "eq6")
+#: The laws of the positive on the slice: see the module docstring.
+Concentration = Literal["code", "eq6", "kappa"]
+CONCENTRATIONS: tuple[Concentration, ...] = ("code", "eq6", "kappa")
 
 
 def _check_latent(z: object, d_fixed: object) -> tuple[Tensor, int]:
@@ -86,7 +92,7 @@ def sample_restricted_positive(
     kappa: float,
     d_fixed: int,
     *,
-    concentration: Literal["code", "eq6"] = "code",
+    concentration: Concentration = "code",
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """One positive z̃ ~ P^K(·|z) per anchor: ũ = u exactly, ṽ = r w with w ~ vMF(v̂, κ_eff) on S^{ℓ−1}.
@@ -98,7 +104,8 @@ def sample_restricted_positive(
         z: anchors on S^{d−1}, shape ``(N, d)``.
         kappa: κ >= 0 (the paper uses κ = 1/τ).
         d_fixed: m, the number of leading coordinates held fixed.
-        concentration: "code" (κ_eff = κ, the paper's code) or "eq6" (κ_eff = κ r², eq. 6 exactly).
+        concentration: "code" (the paper's code: κ_eff = κ when ℓ >= 2, κ_eff = 0, a fair coin for the
+            sign of ṽ, when ℓ = 1), "eq6" (κ_eff = κ r², eq. 6 exactly) or "kappa" (κ_eff = κ for every ℓ).
         generator: source of randomness.
 
     Returns:
@@ -121,6 +128,8 @@ def sample_restricted_positive(
     kap = torch.full((n,), k, dtype=torch.float64)
     if concentration == "eq6":
         kap = kap * r**2
+    elif concentration == "code" and d - m == 1:
+        kap = torch.zeros_like(kap)
     w = _sample_unit_subsphere(vhat, kap, generator)
     vt = (w * r[:, None]).to(device=z.device, dtype=z.dtype)
     return torch.cat([z[:, :m], vt], dim=1)
@@ -210,7 +219,7 @@ def sample_pairs(
     kappa: float,
     d_fixed: int,
     *,
-    concentration: Literal["code", "eq6"] = "code",
+    concentration: Concentration = "code",
     generator: torch.Generator | None = None,
     dtype: torch.dtype = torch.float32,
 ) -> tuple[Tensor, Tensor]:

@@ -77,22 +77,19 @@ def test_progressive_and_constraint_tiny(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("module", [constraint_ratio, identifiability_table, progressive_violation])
 def test_configs_share_the_training_settings_and_document_every_field(module) -> None:
-    cfg = replace(module.QUICK, steps=7, lr=0.01, tau=0.2, hidden=(9,), norm_order="pre_act", n_test=33)
+    training = {
+        "steps": 7,
+        "lr": 0.01,
+        "tau": 0.2,
+        "hidden": (9,),
+        "norm_order": "pre_act",
+        "concentration": "kappa",
+        "forward_passes": "separate",
+        "n_test": 33,
+    }
+    cfg = replace(module.QUICK, **training)
     run = cfg.latent_run(generator="identity", d=3, d_fixed=1, n_negatives=4, batch_size=8, seed=5)
-    want = LatentRun(
-        generator="identity",
-        d=3,
-        d_fixed=1,
-        n_negatives=4,
-        batch_size=8,
-        steps=7,
-        lr=0.01,
-        tau=0.2,
-        hidden=(9,),
-        norm_order="pre_act",
-        n_test=33,
-        seed=5,
-    )
+    want = LatentRun(generator="identity", d=3, d_fixed=1, n_negatives=4, batch_size=8, seed=5, **training)
     assert run == want
     docs = field_docs(module.Config)
     assert all(docs.get(f.name) for f in fields(module.Config)), docs
@@ -118,6 +115,21 @@ def test_latent_run_is_deterministic() -> None:
     run = LatentRun(steps=3, batch_size=16, n_negatives=8, hidden=(8,), n_test=64, rho=0.5)
     a, b = train_latent(run), train_latent(run)
     assert a["r2"] == b["r2"] and a["final_loss"] == b["final_loss"]
+
+
+def test_separate_forward_passes_matter_only_through_batchnorm() -> None:
+    # Without BatchNorm every row's embedding is independent of the rest of the batch, so one pass over
+    # anchors, positives and negatives and three passes train the same model (up to float summation order).
+    base = LatentRun(steps=3, batch_size=16, n_negatives=8, hidden=(8,), n_test=64)
+    plain = replace(base, batch_norm=False)
+    a, b = train_latent(plain), train_latent(replace(plain, forward_passes="separate"))
+    assert a["final_loss"] == pytest.approx(b["final_loss"], abs=1e-5)
+    assert a["r2"] == pytest.approx(b["r2"], abs=1e-5)
+    # With BatchNorm the three passes normalise with different statistics, and training differs.
+    c, d = train_latent(base), train_latent(replace(base, forward_passes="separate"))
+    assert abs(c["final_loss"] - d["final_loss"]) > 1e-4
+    with pytest.raises(ValueError, match="^forward_passes"):
+        train_latent(replace(base, forward_passes="twice"))  # type: ignore[arg-type]
 
 
 def test_run_cached_records_and_reuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,7 +25,7 @@ def _mean_resultant(kappa: float, ell: int) -> float:
 
 
 @pytest.mark.parametrize("d,d_fixed", [(3, 0), (3, 1), (3, 2), (3, 3), (10, 5), (10, 9)])
-@pytest.mark.parametrize("concentration", ["code", "eq6"])
+@pytest.mark.parametrize("concentration", ["code", "eq6", "kappa"])
 def test_positive_keeps_u_exactly_and_stays_on_sphere(d: int, d_fixed: int, concentration: str) -> None:
     z = sample_uniform_sphere(500, d, generator=_gen(1), dtype=torch.float32)
     zp = sample_restricted_positive(z, 3.3, d_fixed, concentration=concentration, generator=_gen(2))
@@ -69,15 +69,28 @@ def test_eq6_is_the_tilted_density() -> None:
     assert abs(dots.mean().item() - expected) < 5 * dots.std().item() / 200
 
 
-def test_one_dimensional_slice_is_two_point_vmf() -> None:
-    # d = 10, d_fixed = 9: ℓ = 1, K(z) = {(u, v), (u, −v)}; P(flip) = sigmoid(−2κ).
+@pytest.mark.parametrize("concentration", ["code", "eq6", "kappa"])
+def test_one_dimensional_slice_is_two_point_law(concentration: str) -> None:
+    # d = 10, d_fixed = 9: ℓ = 1, K(z) = {(u, v), (u, −v)}. P(flip) = sigmoid(−2κ_eff): κ_eff = κ ("kappa"),
+    # κ r² ("eq6"), 0 ("code": the paper's code draws the sign by a fair coin).
     kappa, n = 0.5, 40000
     z = sample_uniform_sphere(n, 10, generator=_gen(6), dtype=torch.float64)
-    zp = sample_restricted_positive(z, kappa, 9, generator=_gen(7))
+    zp = sample_restricted_positive(z, kappa, 9, concentration=concentration, generator=_gen(7))
     flipped = (zp[:, 9] != z[:, 9]).double()
     assert torch.equal(zp[:, 9].abs(), z[:, 9].abs())
-    p = 1 / (1 + math.exp(2 * kappa))
+    assert torch.equal(zp[:, :9], z[:, :9])
+    r2 = (z[:, 9] ** 2).numpy()
+    keff = {"code": [0.0] * n, "eq6": list(kappa * r2), "kappa": [kappa] * n}[concentration]
+    p = sum(1 / (1 + math.exp(2 * k)) for k in keff) / n
     assert abs(flipped.mean().item() - p) < 5 * math.sqrt(p * (1 - p) / n)
+
+
+@pytest.mark.parametrize("d,d_fixed", [(3, 0), (3, 1), (10, 8)])
+def test_code_and_kappa_agree_when_two_or_more_coordinates_are_free(d: int, d_fixed: int) -> None:
+    z = sample_uniform_sphere(200, d, generator=_gen(14), dtype=torch.float64)
+    a = sample_restricted_positive(z, 3.3, d_fixed, concentration="code", generator=_gen(15))
+    b = sample_restricted_positive(z, 3.3, d_fixed, concentration="kappa", generator=_gen(15))
+    assert torch.equal(a, b)
 
 
 def test_kappa_zero_is_uniform_on_slice() -> None:
