@@ -232,7 +232,8 @@ def run(config: Config, out_dir: Path) -> dict:
     summary = (
         f"Sprite world (d = {config.d}, {config.image_size}×{config.image_size} px), InfoNCE τ = {config.tau}, "
         f"{config.seeds} seed(s) × {config.steps} steps, batch {config.batch_size}; restricted positives keep the "
-        f"first {config.d_fixed} attributes (position). Held-out linear R² — {desc}. Total {total:.0f} s wall, {metrics['cpu_seconds']:.0f} s CPU."
+        f"first {config.d_fixed} attributes (position). Held-out linear R² — {desc}. {total:.0f} s wall in this "
+        f"call; {metrics['cpu_seconds']:.0f} s CPU of training over all runs, recorded ones included."
     )
     return {
         "summary": summary,
