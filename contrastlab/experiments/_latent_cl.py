@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,7 +33,16 @@ from contrastlab.worlds.mixing import Mixing, make_inverse_encoder, make_mixing
 from contrastlab.worlds.restricted import Concentration, sample_pairs, sample_restricted_negatives
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
-__all__ = ["LatentRun", "LatentTraining", "aggregate", "fmt_mean_sd", "interval95", "run_cached", "train_latent"]
+__all__ = [
+    "LatentRun",
+    "LatentTraining",
+    "aggregate",
+    "fmt_mean_sd",
+    "interval95",
+    "recorded_run",
+    "run_cached",
+    "train_latent",
+]
 
 #: The per-run record that :func:`run_cached` writes next to the run's ``metrics.jsonl``.
 RESULT_FILE = "result.json"
@@ -263,24 +272,45 @@ def run_cached(run: LatentRun, out_dir: Path) -> dict[str, float]:
         The metrics of :func:`train_latent` (a non-finite ``final_loss`` is recorded as null and
         returned as NaN).
     """
+    return recorded_run(asdict(run), _RESULT_KEYS, Path(out_dir), lambda: train_latent(run, out_dir))
+
+
+def recorded_run(
+    settings: dict[str, Any], keys: Sequence[str], out_dir: Path, train: Callable[[], dict[str, float]]
+) -> dict[str, float]:
+    """``train()``, recording its metrics with ``settings`` in ``out_dir/result.json`` as soon as it ends.
+
+    The record mechanism behind :func:`run_cached`, for any experiment whose runs are described by a
+    dict of settings: a record with equal settings (compared after :func:`contrastlab.io.to_jsonable`)
+    and a number or null for every one of ``keys`` is returned without training; a record with other
+    settings, missing keys or a bad checksum is replaced by a fresh run.
+
+    Args:
+        settings: everything that determines the run (JSON-able after ``to_jsonable``).
+        keys: the metrics a complete record holds (``train`` must return at least these).
+        out_dir: the run's folder.
+        train: trains the run and returns its metrics.
+
+    Returns:
+        The metrics (a null recorded for a non-finite value is returned as NaN).
+    """
     from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable, write_json_atomic
 
-    out_dir = Path(out_dir)
-    path = out_dir / RESULT_FILE
-    settings = to_jsonable(asdict(run))
+    path = Path(out_dir) / RESULT_FILE
+    wanted = to_jsonable(settings)
     if path.is_file():
         try:
             stored: Any = read_json_verified(path)  # its checksum first: a damaged record is retrained
         except CorruptFileError:
             stored = None
-        if isinstance(stored, dict) and stored.get("run") == settings:
+        if isinstance(stored, dict) and stored.get("run") == wanted:
             metrics = stored.get("metrics")
-            if isinstance(metrics, dict) and all(k in metrics for k in _RESULT_KEYS):
-                values = {k: metrics[k] for k in _RESULT_KEYS}
+            if isinstance(metrics, dict) and all(k in metrics for k in keys):
+                values = {k: metrics[k] for k in keys}
                 if all(v is None or isinstance(v, (int, float)) for v in values.values()):
                     return {k: math.nan if v is None else float(v) for k, v in values.items()}
-    result = train_latent(run, out_dir)
-    write_json_atomic(path, {"run": settings, "metrics": result})
+    result = train()
+    write_json_atomic(path, {"run": wanted, "metrics": result})
     return result
 
 

@@ -7,13 +7,15 @@ sphere (diversity holds) or on K(z) = {z̃ with the first ``d_fixed`` attributes
 control diversity exactly. A small CNN (:class:`contrastlab.models.SmallCNN`) and an MLP on the
 flattened pixels (:class:`contrastlab.models.MLP`) are trained with InfoNCE (fresh uniform latent
 negatives shared by the batch, rendered the same way) and scored by held-out linear R² and MCC of z
-from the embedding.
+from the embedding. Every finished run is recorded in ``OUT/train/<encoder>__<regime>__<i>/result.json``
+at once; rerunning the same command into the same folder trains only the missing runs, and a campaign
+can be split over processes by ``encoders`` and ``regimes``, then tabulated by one run with all of them.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -22,7 +24,7 @@ from torch import Tensor, nn
 
 from contrastlab import figures
 from contrastlab.eval.identifiability import identifiability_metrics
-from contrastlab.experiments._latent_cl import aggregate, fmt_mean_sd
+from contrastlab.experiments._latent_cl import aggregate, fmt_mean_sd, recorded_run
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP, SmallCNN
 from contrastlab.seeds import seed_stream, stream_generator
@@ -31,6 +33,8 @@ from contrastlab.worlds.images import ImageWorld, sample_image_pairs
 from contrastlab.worlds.sphere import sample_uniform_sphere
 
 ENCODERS = ("cnn", "mlp")
+REGIMES = ("full", "restricted")
+_RESULT_KEYS = ("r2", "mcc", "ape", "orthogonality_error", "sec_per_step", "cpu_seconds")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class Config:
     """attributes held fixed by the restricted positives (2: position never changes)"""
     encoders: tuple[str, ...] = ENCODERS
     """encoders: cnn (SmallCNN) and/or mlp (MLP on flattened pixels)"""
+    regimes: tuple[str, ...] = REGIMES
+    """diversity regimes: full (positives on the whole sphere) and/or restricted (d_fixed attributes kept)"""
     cnn_width: int = 16
     """SmallCNN first-stage width"""
     mlp_hidden: tuple[int, ...] = (512, 256)
@@ -92,6 +98,21 @@ def _encoder(name: str, config: Config, world: ImageWorld) -> nn.Module:
         norm_order=config.mlp_norm_order,
     )
     return _Flatten(mlp)
+
+
+def _run_settings(config: Config, encoder: str, d_fixed: int, seed: int) -> dict[str, object]:
+    """What determines one run: the config without its campaign fields, the encoder, d_fixed and the seed."""
+    shared = {k: v for k, v in asdict(config).items() if k not in ("encoders", "regimes", "seeds", "seed", "d_fixed")}
+    return {**shared, "encoder": encoder, "d_fixed": d_fixed, "seed": seed}
+
+
+def _train_recorded(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: Path) -> dict[str, float]:
+    return recorded_run(
+        _run_settings(config, encoder, d_fixed, seed),
+        _RESULT_KEYS,
+        out_dir,
+        lambda: _train_one(config, encoder, d_fixed, seed, out_dir),
+    )
 
 
 def _train_one(config: Config, encoder: str, d_fixed: int, seed: int, out_dir: Path) -> dict[str, float]:
@@ -143,16 +164,19 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
             ax.imshow(img[i].permute(1, 2, 0).clamp(0, 1).numpy())
             ax.axis("off")
     ax = fig.add_axes((0.66, 0.15, 0.32, 0.75))
-    regimes = ("full", "restricted")
+    regimes = config.regimes
+    width = 0.8 / len(config.encoders)
     for k, e in enumerate(config.encoders):
         ax.bar(
-            [j + 0.35 * k for j in range(2)],
+            [j + width * k for j in range(len(regimes))],
             [r2[(e, r)][0] for r in regimes],
-            0.35,
+            width,
             yerr=[r2[(e, r)][1] for r in regimes],
             label=e,
         )
-    ax.set_xticks([0.175, 1.175], ["full diversity", f"d_fixed = {config.d_fixed}"])
+    labels = {"full": "full diversity", "restricted": f"d_fixed = {config.d_fixed}"}
+    ticks = [j + width * (len(config.encoders) - 1) / 2 for j in range(len(regimes))]
+    ax.set_xticks(ticks, [labels[r] for r in regimes])
     ax.set_ylabel("held-out R²")
     ax.set_ylim(0, 1.05)
     ax.legend(fontsize=8)
@@ -162,17 +186,22 @@ def _plot(r2: dict[tuple[str, str], tuple[float, float]], config: Config, path: 
 
 def run(config: Config, out_dir: Path) -> dict:
     """Train each encoder under full and restricted diversity and tabulate R² and MCC."""
-    for e in config.encoders:
-        if e not in ENCODERS:
-            raise ValueError(f"encoders must be among {ENCODERS}, got {e!r}")
+    for name, values, allowed in (("encoders", config.encoders, ENCODERS), ("regimes", config.regimes, REGIMES)):
+        if not values or len(set(values)) != len(values):
+            raise ValueError(f"{name} must name at least one of {allowed}, each once, got {values!r}")
+        for v in values:
+            if v not in allowed:
+                raise ValueError(f"{name} must be among {allowed}, got {v!r}")
     if not 1 <= config.d_fixed < config.d:
         raise ValueError(f"d_fixed must lie in [1, d) = [1, {config.d}), got {config.d_fixed}")
     out_dir = Path(out_dir)
     t0 = time.perf_counter()
-    regimes = {"full": 0, "restricted": config.d_fixed}
+    regimes = {r: m for r, m in (("full", 0), ("restricted", config.d_fixed)) if r in config.regimes}
     res = {
         (e, r): [
-            _train_one(config, e, m, seed_stream(config.seed, "repetition", s), out_dir / "train" / f"{e}__{r}__{s}")
+            _train_recorded(
+                config, e, m, seed_stream(config.seed, "repetition", s), out_dir / "train" / f"{e}__{r}__{s}"
+            )
             for s in range(config.seeds)
         ]
         for e in config.encoders
@@ -185,7 +214,9 @@ def run(config: Config, out_dir: Path) -> dict:
             e,
             r,
             fmt_mean_sd(*r2[(e, r)]),
+            ", ".join(f"{run['r2']:.3f}" for run in res[(e, r)]),
             fmt_mean_sd(*aggregate(res[(e, r)], "mcc")),
+            ", ".join(f"{run['mcc']:.3f}" for run in res[(e, r)]),
             fmt_mean_sd(*aggregate(res[(e, r)], "ape")),
             round(1000 * aggregate(res[(e, r)], "sec_per_step")[0], 1),
         ]
@@ -197,13 +228,12 @@ def run(config: Config, out_dir: Path) -> dict:
     metrics.update({f"mcc/{e}/{r}": aggregate(v, "mcc")[0] for (e, r), v in res.items()})
     metrics["seconds"] = total
     metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in res.values() for r in v)
-    desc = "; ".join(
-        f"{e}: full {r2[(e, 'full')][0]:.2f}, restricted {r2[(e, 'restricted')][0]:.2f}" for e in config.encoders
-    )
+    desc = "; ".join(f"{e}: " + ", ".join(f"{r} {r2[(e, r)][0]:.2f}" for r in regimes) for e in config.encoders)
     summary = (
         f"Sprite world (d = {config.d}, {config.image_size}×{config.image_size} px), InfoNCE τ = {config.tau}, "
         f"{config.seeds} seed(s) × {config.steps} steps, batch {config.batch_size}; restricted positives keep the "
-        f"first {config.d_fixed} attributes (position). Held-out linear R² — {desc}. Total {total:.0f} s wall, {metrics['cpu_seconds']:.0f} s CPU."
+        f"first {config.d_fixed} attributes (position). Held-out linear R² — {desc}. {total:.0f} s wall in this "
+        f"call; {metrics['cpu_seconds']:.0f} s CPU of training over all runs, recorded ones included."
     )
     return {
         "summary": summary,
@@ -211,7 +241,7 @@ def run(config: Config, out_dir: Path) -> dict:
         "tables": [
             {
                 "title": "Image world: held-out R², MCC and APE by encoder and diversity regime",
-                "columns": ["encoder", "diversity", "R²", "MCC", "APE", "ms/step"],
+                "columns": ["encoder", "diversity", "R²", "R² per seed", "MCC", "MCC per seed", "APE", "ms/step"],
                 "rows": rows,
             }
         ],

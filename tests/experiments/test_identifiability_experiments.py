@@ -95,20 +95,45 @@ def test_configs_share_the_training_settings_and_document_every_field(module) ->
     assert all(docs.get(f.name) for f in fields(module.Config)), docs
 
 
+def _tiny_image_config(**kw: object) -> image_identifiability.Config:
+    tiny = dict(d=3, image_size=8, d_fixed=1, steps=2, batch_size=8, cnn_width=4, mlp_hidden=(16,), n_test=64)
+    return replace(image_identifiability.QUICK, **{**tiny, **kw})  # type: ignore[arg-type]
+
+
 def test_image_identifiability_tiny(tmp_path: Path) -> None:
-    cfg = replace(
-        image_identifiability.QUICK,
-        d=3,
-        image_size=8,
-        d_fixed=1,
-        steps=2,
-        batch_size=8,
-        cnn_width=4,
-        mlp_hidden=(16,),
-        n_test=64,
-    )
-    res = validate_results(image_identifiability.run(cfg, tmp_path), tmp_path)
+    res = validate_results(image_identifiability.run(_tiny_image_config(), tmp_path), tmp_path)
     assert {r[0] for r in res["tables"][0]["rows"]} == {"cnn", "mlp"}
+
+
+def test_image_identifiability_split_campaign_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs split by encoder and regime over invocations are recorded and tabulated by one full call."""
+    split = {}
+    for e in ("cnn", "mlp"):
+        for r in ("full", "restricted"):
+            one = image_identifiability.run(_tiny_image_config(seeds=2, encoders=(e,), regimes=(r,)), tmp_path)
+            assert len(one["tables"][0]["rows"]) == 1
+            split[(e, r)] = one["metrics"][f"r2/{e}/{r}"]
+    assert len(list(tmp_path.glob("train/*/result.json"))) == 8
+
+    def no_training(*args: object, **kwargs: object) -> dict[str, float]:
+        raise AssertionError("a recorded run was trained again")
+
+    monkeypatch.setattr(image_identifiability, "_train_one", no_training)
+    res = validate_results(image_identifiability.run(_tiny_image_config(seeds=2), tmp_path), tmp_path)
+    assert {k: res["metrics"][f"r2/{k[0]}/{k[1]}"] for k in split} == split
+    row = res["tables"][0]["rows"][0]
+    assert len(row[3].split(", ")) == 2  # R² per seed
+    with pytest.raises(AssertionError, match="trained again"):  # other settings: trained, not read back
+        image_identifiability.run(_tiny_image_config(seeds=2, lr=2e-3, encoders=("mlp",)), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("encoders", ("vit",)), ("encoders", ()), ("regimes", ("partial",)), ("regimes", ("full", "full"))],
+)
+def test_image_identifiability_rejects_bad_selection(tmp_path: Path, field: str, value: tuple[str, ...]) -> None:
+    with pytest.raises(ValueError, match=field):
+        image_identifiability.run(_tiny_image_config(**{field: value}), tmp_path)
 
 
 def test_latent_run_is_deterministic() -> None:
