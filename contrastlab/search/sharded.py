@@ -62,8 +62,8 @@ __all__ = [
 TIE_MARGIN = 32
 """How much deeper than ``k`` :func:`exact_topk` searches first. Equal float32 scores are not rare: 10^6
 random unit vectors in 128 dimensions split in two shards, 1,000 random queries, top-10: one query has two
-equal scores at the 10th and 11th place of one shard. With one extra result, each such tie cost a second
-search of the whole batch (that shard's time again, the sharded search 1.7× the flat one). 32 more results
+equal scores at the 10th and 11th place of one shard. With one extra result, each such tie costs a second
+search of the whole batch (that shard's time again: the sharded search measured 1.7× the flat one). 32 more results
 cost faiss no measurable time (its cost is the matrix product, not its heap), and only more than 33 equal
 scores at the k-th place, as exact duplicates give, need the second search."""
 
