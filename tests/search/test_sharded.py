@@ -81,14 +81,16 @@ def test_a_tie_within_the_margin_costs_no_second_search() -> None:
     index = EmbeddingIndex(8, metric="ip")
     index.add(emb, ids=ids)
     for query in rng.normal(size=(6, 1, 8)).astype(np.float32):
-        order = list(_brute_topk(query, emb, ids, 200)[0])
-        k = order.index(ids[90]) + 1  # the first copy is the k-th; the other two follow it
+        # the reference: faiss's own scores of every row for this one query, ordered (score desc, id asc)
+        full = index.search(query, 200)
+        order = list(full.ids[0][np.lexsort((full.ids[0], -full.scores[0]))])
+        k = order.index(ids[90]) + 1  # the first copy is the k-th; the other two (equal scores) follow it
+        assert (full.scores[0] == full.scores[0][full.ids[0] == ids[90]]).sum() == 3  # the copies tie, only they
         depths = _counting(index)
         _, got, _ = exact_topk(index, query, k)
         assert depths == [min(k + TIE_MARGIN, 200)]
         np.testing.assert_array_equal(got[0], order[:k])
-        index = EmbeddingIndex(8, metric="ip")
-        index.add(emb, ids=ids)
+        del index.search  # the spy: back to the class's method
 
 
 def test_more_equal_scores_than_the_margin_search_deeper_until_the_tie_ends() -> None:
