@@ -283,13 +283,10 @@ def _corpus(doc_emb: Tensor, engine: Engine, shards: int | None, temp_dir: Path)
         yield index
         return
     from contrastlab.scale.cluster import ray_session
-    from contrastlab.scale.sharded_search import ray_sharded_search
+    from contrastlab.scale.sharded_search import ray_rows_search
 
     with ray_session(engine.address, temp_dir=temp_dir) as ray:
-        n = shards or max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
-        emb = doc_emb.detach().cpu().numpy()
-        parts = [(rows.astype(np.int64), emb[rows]) for rows in np.array_split(np.arange(emb.shape[0]), n)]
-        corpus = ray_sharded_search([p for p in parts if p[0].size], metric="cosine", ray=ray)
+        corpus = ray_rows_search(doc_emb.detach().cpu().numpy(), shards=shards, metric="cosine", ray=ray)
         try:
             yield corpus
         finally:

@@ -48,7 +48,7 @@ from contrastlab.audit.figures import plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.probe import mean_ci
-from contrastlab.search.sharded import ShardedSearch
+from contrastlab.search.sharded import ShardedSearch, split_rows
 
 __all__ = ["audit", "ENGINES", "AuditInputs", "AuditEmbeddings", "load_inputs", "embed", "open_corpus"]
 
@@ -196,12 +196,11 @@ def open_corpus(
         check_int("shards", shards, 1)
     docs64 = documents.detach().cpu().double().numpy()
     if ray is None:
-        corpus = ShardedSearch.local(_split_rows(docs64, shards or 1), metric="cosine")
+        corpus = ShardedSearch.local(split_rows(docs64, shards or 1), metric="cosine")
     else:
-        from contrastlab.scale.sharded_search import ray_sharded_search
+        from contrastlab.scale.sharded_search import ray_rows_search
 
-        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        corpus = ray_sharded_search(_split_rows(docs64, shards or max(1, nodes)), metric="cosine", ray=ray)
+        corpus = ray_rows_search(docs64, shards=shards, metric="cosine", ray=ray)
     try:
         yield corpus
     finally:
@@ -221,12 +220,6 @@ def _engine_session(engine: str, address: str | None, temp_dir: Path) -> Iterato
     temp_dir.mkdir(parents=True, exist_ok=True)
     with ray_session(address, temp_dir=temp_dir) as ray:
         yield ray
-
-
-def _split_rows(docs: np.ndarray, shards: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``shards`` contiguous runs of rows with their positions as ids (at most one shard per row)."""
-    rows = np.array_split(np.arange(docs.shape[0]), min(shards, docs.shape[0]))
-    return [(r, docs[r]) for r in rows]
 
 
 def audit(

@@ -32,9 +32,17 @@ from torch import Tensor
 from contrastlab._checks import check_int, check_positive_float
 from contrastlab.scale.cluster import Engine
 from contrastlab.search.index import SearchResult
-from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher
+from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher, split_rows
 
-__all__ = ["RayShards", "ray_sharded_search", "ray_store_search", "open_store_search", "query_store", "shard_threads"]
+__all__ = [
+    "RayShards",
+    "ray_rows_search",
+    "ray_sharded_search",
+    "ray_store_search",
+    "open_store_search",
+    "query_store",
+    "shard_threads",
+]
 
 Shards = Sequence[tuple[Tensor | np.ndarray, Tensor | np.ndarray]]
 
@@ -189,6 +197,18 @@ def ray_sharded_search(
     except BaseException:
         group.close()
         raise
+
+
+def ray_rows_search(
+    embeddings: np.ndarray, *, shards: int | None = None, metric: str = "cosine", ray: ModuleType | None = None
+) -> ShardedSearch:
+    """The rows of one matrix as ``shards`` contiguous Ray shards whose ids are row positions.
+
+    The split is :func:`~contrastlab.search.sharded.split_rows`; ``shards`` defaults to one per alive node.
+    """
+    ray = ray or _ray()
+    n = shards or max(1, sum(1 for node in ray.nodes() if node.get("Alive")))
+    return ray_sharded_search(split_rows(embeddings, n), metric=metric, ray=ray)
 
 
 def ray_store_search(

@@ -48,6 +48,7 @@ from contrastlab.search.softmax import (
 )
 
 __all__ = [
+    "split_rows",
     "ShardInfo",
     "ShardSearcher",
     "ShardGroup",
@@ -57,6 +58,16 @@ __all__ = [
     "merge_topk",
     "merge_log_partitions",
 ]
+
+
+def split_rows(embeddings: np.ndarray, shards: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``shards`` contiguous runs of rows, each with its row positions as ids (at most one shard per row).
+
+    Shape:
+        embeddings: ``(N, D)``. Returns ``[(ids (n_s,), embeddings (n_s, D)), …]``.
+    """
+    rows = np.array_split(np.arange(embeddings.shape[0]), min(shards, embeddings.shape[0]))
+    return [(r, embeddings[r]) for r in rows]
 
 
 TIE_MARGIN = 32
