@@ -4,8 +4,9 @@ The merge maths lives in :mod:`contrastlab.search.sharded` and is the same for e
 only decides where the shards live. :class:`RayShards` is a shard group whose ``call`` sends one method
 call to every actor and gathers the results in shard order; array arguments (the queries) are put in the
 object store once per call, not once per shard. Actors are dealt round-robin over the cluster's alive
-nodes (shard ``i`` on node ``i mod nodes``, a soft affinity: another node if that one cannot take it) and
-reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch threads run when asked).
+nodes that have ``num_cpus`` CPUs, in node-id order (shard ``i`` on node ``i mod nodes``, pinned there by a
+hard node affinity), and reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch
+threads run when asked).
 A query runs on every shard at once, so each actor computes with ``threads`` faiss and torch threads, by
 default its node's CPUs divided by the shards on that node (at least one): a worker process otherwise
 inherits the driver's ``OMP_NUM_THREADS``, and two shards of 2 OpenMP threads each on 2 cores spin against
@@ -141,17 +142,26 @@ def shard_threads(node_cpus: Sequence[float], shards: int) -> list[int]:
 
 
 def _actors(ray: ModuleType, n: int, num_cpus: float, threads: int | None = None) -> list[Any]:
-    """``n`` shard actors dealt round-robin over the alive nodes (Ray's ``SPREAD`` is only best-effort)."""
+    """``n`` shard actors dealt round-robin over the alive nodes that have ``num_cpus`` CPUs, pinned there.
+
+    The pin is a hard node affinity. Ray's ``SPREAD`` is only best-effort, and a *soft* affinity is ignored
+    for an actor that reserves no resources (``num_cpus=0``, the default): Ray then places it on any node,
+    so all shards can land on one node.
+    """
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     if threads is not None:
         check_int("threads", threads, minimum=1)
-    nodes = sorted((node["NodeID"], node["Resources"].get("CPU", 1.0)) for node in ray.nodes() if node.get("Alive"))
-    each = shard_threads([cpus for _, cpus in nodes], n) if threads is None else [threads] * n
+    alive = [(node["NodeID"], node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")]
+    nodes = sorted((node_id, cpus) for node_id, cpus in alive if cpus >= num_cpus)
+    if not nodes:
+        most = max((cpus for _, cpus in alive), default=0.0)
+        raise ValueError(f"num_cpus: {num_cpus:g} CPUs per shard, but no alive node has more than {most:g}")
+    each = shard_threads([max(cpus, 1.0) for _, cpus in nodes], n) if threads is None else [threads] * n
     host = ray.remote(_ShardHost)
     return [
         host.options(
-            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)][0], soft=True)
+            num_cpus=num_cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(nodes[i % len(nodes)][0], soft=False)
         ).remote(each[i])
         for i in range(n)
     ]

@@ -56,7 +56,9 @@ def test_shards_spread_over_both_nodes_and_topk_ties_match_one_flat_index(ray_mo
     flat.add(emb, ids=ids)
     sharded = ray_sharded_search(_split(ids, emb, [1, 119, 180]), metric="ip", ray=ray_mod)
     try:
-        assert len(set(sharded.group.nodes())) == 2  # spread over the head and the worker node
+        # pinned round-robin in node-id order, over the head and the worker node
+        nodes = sorted(n["NodeID"] for n in ray_mod.nodes() if n["Alive"])
+        assert sharded.group.nodes() == [nodes[0], nodes[1], nodes[0]]
         # 2 CPUs per node; node 0 holds shards 0 and 2, node 1 shard 1
         assert sharded.group.threads() == [(1, 1), (2, 2), (1, 1)]
         for k in (1, 10, 150):
@@ -81,6 +83,7 @@ def test_log_partition_probabilities_and_entropy_equal_one_process(ray_mod, dtyp
     ids = np.arange(600, dtype=np.int64)
     sharded = ray_sharded_search(_split(ids, emb, [201, 399]), metric="ip", ray=ray_mod)
     try:
+        assert len(set(sharded.group.nodes())) == 2  # actors that reserve no CPU are pinned too
         tau = 0.05
         want = log_partition(queries, emb, temperature=tau)
         torch.testing.assert_close(sharded.log_partition(queries, temperature=tau), want, rtol=tol, atol=0)
@@ -136,6 +139,14 @@ def test_a_shard_error_arrives_as_the_shard_raised_it(ray_mod) -> None:
         ray_sharded_search([(np.arange(3), np.ones((3, 4))), (np.arange(3, 6), bad)], metric="ip", ray=ray_mod)
     with pytest.raises(ValueError, match="id 2 occurs in more than one shard"):
         ray_sharded_search([(np.arange(3), np.ones((3, 4))), (np.arange(2, 5), np.ones((3, 4)))], ray=ray_mod)
+
+
+def test_more_cpus_per_shard_than_any_node_has_is_refused_naming_num_cpus(ray_mod) -> None:
+    from contrastlab.scale.sharded_search import ray_sharded_search
+
+    shards = [(np.arange(3), np.ones((3, 4))), (np.arange(3, 6), np.ones((3, 4)))]
+    with pytest.raises(ValueError, match=r"num_cpus: 3 CPUs per shard, but no alive node has more than 2"):
+        ray_sharded_search(shards, metric="ip", num_cpus=3, ray=ray_mod)
 
 
 def _synthetic(tmp_path: Path, n: int = 160, d: int = 12) -> tuple[Path, Path]:
