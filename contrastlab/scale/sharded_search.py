@@ -4,8 +4,8 @@ The merge maths lives in :mod:`contrastlab.search.sharded` and is the same for e
 only decides where the shards live. :class:`RayShards` is a shard group whose ``call`` sends one method
 call to every actor and gathers the results in shard order; array arguments (the queries) are put in the
 object store once per call, not once per shard. Actors are dealt round-robin over the cluster's alive
-nodes that have ``num_cpus`` CPUs, in node-id order (shard ``i`` on node ``i mod nodes``, pinned there by a
-hard node affinity), and reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch
+nodes that have a CPU and ``num_cpus`` CPUs, in node-id order (shard ``i`` on node ``i mod nodes``, pinned
+there by a hard node affinity), and reserve ``num_cpus`` each (default 0: a shard is memory, and its faiss and torch
 threads run when asked).
 A query runs on every shard at once, so each actor computes with ``threads`` faiss and torch threads, by
 default its node's CPUs divided by the shards on that node (at least one): a worker process otherwise
@@ -141,8 +141,28 @@ def shard_threads(node_cpus: Sequence[float], shards: int) -> list[int]:
     return [max(1, int(node_cpus[i % len(node_cpus)] // per_node[i % len(node_cpus)])) for i in range(shards)]
 
 
+def shard_nodes(nodes: Sequence[Mapping[str, Any]], num_cpus: float) -> list[tuple[str, float]]:
+    """``(node id, CPUs)`` of the nodes shards are dealt over, in node-id order.
+
+    ``nodes`` is ``ray.nodes()``. A node qualifies when it is alive and has at least one CPU and at least
+    ``num_cpus``: a head started with ``num_cpus=0`` (the usual way to keep work off a cluster's head) holds
+    no shard.
+
+    Raises:
+        ValueError: no node qualifies (naming ``num_cpus`` when it is more than any alive node has).
+    """
+    alive = [(str(node["NodeID"]), float(node["Resources"].get("CPU", 0.0))) for node in nodes if node.get("Alive")]
+    chosen = sorted((node_id, cpus) for node_id, cpus in alive if cpus > 0 and cpus >= num_cpus)
+    if not chosen:
+        most = max((cpus for _, cpus in alive), default=0.0)
+        if num_cpus > most:
+            raise ValueError(f"num_cpus: {num_cpus:g} CPUs per shard, but no alive node has more than {most:g}")
+        raise ValueError("no alive Ray node has a CPU to hold a shard")
+    return chosen
+
+
 def _actors(ray: ModuleType, n: int, num_cpus: float, threads: int | None = None) -> list[Any]:
-    """``n`` shard actors dealt round-robin over the alive nodes that have ``num_cpus`` CPUs, pinned there.
+    """``n`` shard actors dealt round-robin over :func:`shard_nodes`, each pinned to its node.
 
     The pin is a hard node affinity. Ray's ``SPREAD`` is only best-effort, and a *soft* affinity is ignored
     for an actor that reserves no resources (``num_cpus=0``, the default): Ray then places it on any node,
@@ -152,12 +172,8 @@ def _actors(ray: ModuleType, n: int, num_cpus: float, threads: int | None = None
 
     if threads is not None:
         check_int("threads", threads, minimum=1)
-    alive = [(node["NodeID"], node["Resources"].get("CPU", 0.0)) for node in ray.nodes() if node.get("Alive")]
-    nodes = sorted((node_id, cpus) for node_id, cpus in alive if cpus >= num_cpus)
-    if not nodes:
-        most = max((cpus for _, cpus in alive), default=0.0)
-        raise ValueError(f"num_cpus: {num_cpus:g} CPUs per shard, but no alive node has more than {most:g}")
-    each = shard_threads([max(cpus, 1.0) for _, cpus in nodes], n) if threads is None else [threads] * n
+    nodes = shard_nodes(ray.nodes(), num_cpus)
+    each = shard_threads([cpus for _, cpus in nodes], n) if threads is None else [threads] * n
     host = ray.remote(_ShardHost)
     return [
         host.options(

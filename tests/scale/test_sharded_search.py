@@ -45,6 +45,21 @@ def test_shard_threads_share_each_nodes_cpus() -> None:
     assert shard_threads([8], 3) == [2, 2, 2]
 
 
+def test_shard_nodes_are_alive_with_cpus_in_id_order() -> None:
+    from contrastlab.scale.sharded_search import shard_nodes
+
+    def node(i: str, cpus: float | None, alive: bool = True) -> dict:
+        return {"NodeID": i, "Alive": alive, "Resources": {} if cpus is None else {"CPU": cpus}}
+
+    nodes = [node("c", 4), node("a", 2), node("head", 0), node("b", 8, alive=False), node("gpu-only", None)]
+    assert shard_nodes(nodes, 0) == [("a", 2.0), ("c", 4.0)]
+    assert shard_nodes(nodes, 3) == [("c", 4.0)]
+    with pytest.raises(ValueError, match=r"^num_cpus: 5 CPUs per shard, but no alive node has more than 4$"):
+        shard_nodes(nodes, 5)
+    with pytest.raises(ValueError, match="no alive Ray node has a CPU"):
+        shard_nodes([node("head", 0), node("b", 8, alive=False)], 0)
+
+
 def test_shards_spread_over_both_nodes_and_topk_ties_match_one_flat_index(ray_mod) -> None:
     from contrastlab.scale.sharded_search import ray_sharded_search
 
