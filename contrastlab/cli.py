@@ -335,6 +335,10 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["model"] = args.model
     if args.pairs is not None:
         overrides["pairs"] = args.pairs
+    if args.task is not None:
+        overrides["task"] = args.task
+    if args.split is not None:  # the task's qrels split; without a task, the code corpus's split
+        overrides["task_split" if args.task is not None else "split"] = args.split
     if args.quiet:
         overrides["progress"] = False
     if args.compress:
@@ -643,6 +647,13 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab run folder, or a .npy",
     )
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
+    p.add_argument(
+        "--task",
+        metavar="DIR",
+        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv): graded nDCG, MAP, "
+        "recall, precision and MRR as MTEB computes them, with intervals; also writes mteb_results.json",
+    )
+    p.add_argument("--split", help="with --task: the qrels split audited (default test)")
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
