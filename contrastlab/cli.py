@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | query | mine | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | compare | encode | query | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -361,6 +361,32 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     return EXIT_OK
 
 
+# ------------------------------------------------------------------------------------------- compare
+
+
+def _cmd_compare(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit.compare import CompareConfig, compare
+    from contrastlab.experiments import default_out_dir
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    try:
+        cfg = apply_overrides(CompareConfig(), dict(parse_overrides(rest)))
+        out = Path(args.out) if args.out else default_out_dir("compare")
+        results = compare(args.models, out, cfg)
+    except ValueError as e:  # bad input: the message names the argument or file
+        raise UsageError(f"compare: {' '.join(str(e).split())}") from None
+    from rich.console import Console
+
+    from contrastlab.experiments.demo import _print_table
+
+    console = Console()
+    for table in results["tables"]:
+        _print_table(console, table)
+    console.print(results["summary"])
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
+    return EXIT_OK
+
+
 # -------------------------------------------------------------------------------------------- encode
 
 
@@ -671,6 +697,22 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     )
     subs["audit"] = p
 
+    from contrastlab.audit.compare import CompareConfig
+
+    p = sub.add_parser(
+        "compare",
+        help="paired comparison of audits on the same task(s): differences, intervals, randomisation tests",
+        description="Compare models query by query: each MODEL is an audit folder (contrastlab audit), or a folder "
+        "of audit folders, one per task; the first is the baseline. Prints each metric's paired difference with a "
+        "95%% bootstrap interval and a randomisation-test p-value, Holm-adjusted; refuses audits of different "
+        "tasks, splits, query sets or corpora.",
+        epilog=_fields_help(CompareConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("models", nargs="+", metavar="MODEL", help="audit folders (or folders of per-task audits)")
+    p.add_argument("--out", help="output folder (default runs/compare-TIMESTAMP)")
+    subs["compare"] = p
+
     from contrastlab.scale.cluster import add_engine_arguments
     from contrastlab.scale.encode import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_ROWS
 
@@ -802,6 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "compare": _cmd_compare,
             "encode": _cmd_encode,
             "mine": _cmd_mine,
             "query": _cmd_query,

@@ -9,7 +9,7 @@ import numpy as np
 
 from contrastlab.io import atomic_path
 
-__all__ = ["plot_search", "plot_norms", "plot_norm_claims"]
+__all__ = ["plot_search", "plot_norms", "plot_norm_claims", "plot_forest"]
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -145,5 +145,51 @@ def plot_norm_claims(
         ax1.text(0.5, 0.5, "specificity not measured", ha="center", va="center")
         ax1.set_axis_off()
     fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_forest(
+    records: list[dict[str, Any]], across: list[dict[str, Any]], names: list[str], path: Path, *, title: str = ""
+) -> Path:
+    """A forest plot: one row per (model, task, metric) difference with its interval; then the across-task means.
+
+    Args:
+        records: ``compare``'s records (``difference``, ``low``, ``high``, ``significant``, ``task``, ``metric``,
+            ``model``).
+        across: its across-task means (``difference``, ``low``, ``high``, ``metric``, ``model``).
+        names: model names, the baseline first.
+        path: the PNG written.
+        title: the figure's title (default: "other − baseline").
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [
+        (f"{names[r['model']]} | {r['task']} | {r['metric']}", r["difference"], r["low"], r["high"], r["significant"])
+        for r in records
+    ]
+    rows += [
+        (
+            f"{names[a['model']]} | mean over {a['tasks']} tasks | {a['metric']}",
+            a["difference"],
+            a["low"],
+            a["high"],
+            None,
+        )
+        for a in across
+    ]
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.38 * len(rows)))
+    y = np.arange(len(rows))[::-1]
+    for yi, (_, mean, low, high, sig) in zip(y, rows, strict=True):
+        colour = "C3" if sig is None else ("C0" if sig else "0.45")
+        ax.plot([low, high], [yi, yi], color=colour, lw=2)
+        ax.plot([mean], [yi], "o", color=colour, mfc=colour if sig or sig is None else "white", ms=7)
+    ax.axvline(0.0, color="k", ls="--", lw=1)
+    ax.set_yticks(y, [r[0] for r in rows], fontsize=8)
+    ax.set_xlabel("difference, other − baseline (95% bootstrap interval)")
+    ax.set_title(title or f"paired differences against {names[0]}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
