@@ -52,7 +52,7 @@ from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, tie_keys
 from contrastlab.search.sharded import ShardedSearch
-from contrastlab.tasks import RetrievalTask, read_beir_task
+from contrastlab.tasks import RetrievalTask, holdout, read_beir_task
 
 __all__ = ["MTEB_KS", "MEASURES", "HEADLINE", "TaskInputs", "audit_task", "task_identity", "mteb_results"]
 
@@ -108,6 +108,9 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     if cfg.pairs is not None:
         raise ValueError("pairs: give a task or a pairs file, not both")
     task = read_beir_task(cfg.task, cfg.task_split)
+    if cfg.task_part != "all":
+        train, dev = holdout(task, cfg.task_dev_fraction, seed=cfg.task_holdout_seed)
+        task = train if cfg.task_part == "train" else dev
     if Path(cfg.model).suffix == ".npy":
         raise ValueError("model: a task is audited with a text model (its texts are embedded), not a .npy")
     words = load_words(cfg, has_text_model=True)

@@ -125,3 +125,14 @@ def test_task_cli_bad_input_is_one_line_and_nothing_written(
         err = capsys.readouterr().err.strip()
         assert code == 2 and expected in err and "\n" not in err
         assert not out.exists()
+
+
+def test_task_audit_on_the_dev_part_of_the_holdout(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    from contrastlab.tasks import holdout, read_beir_task
+
+    model_dir, task_dir = tiny
+    res = audit(_cfg(model_dir, task_dir, task_part="dev", task_dev_fraction=0.3), tmp_path / "d")
+    _, dev = holdout(read_beir_task(task_dir, "test"), 0.3, seed=0)
+    assert res["per_query"]["query_ids"] == list(dev.query_ids)
+    assert res["task"]["name"] == "toy/dev-part"
+    assert res["metrics"]["num_documents"] == 60  # the whole corpus is searched
