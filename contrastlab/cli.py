@@ -501,12 +501,27 @@ def _dataset_table(root: Path) -> list[tuple[str, str, list[str], bool | None]]:
     return rows
 
 
+def _task_table(root: Path) -> list[tuple[Path, list[str]]]:
+    """BEIR-layout tasks at ``root`` or one or two folders below it, with their qrels splits."""
+    from contrastlab.tasks import beir_splits, is_beir_task
+
+    if not root.is_dir():
+        return []
+    found = [root, *sorted(root.glob("*/")), *sorted(root.glob("*/*/"))]
+    return [(p, beir_splits(p)) for p in found if p.is_dir() and is_beir_task(p)]
+
+
 def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         raise UsageError(f"data: unexpected arguments {' '.join(rest)}")
     root = Path(args.root) if args.root else Path(os.environ.get("CONTRASTLAB_DATA", "data"))
     rows = _dataset_table(root)
     print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; nothing is downloaded)")
+    tasks = _task_table(root)
+    if tasks and args.name is None:
+        print("\nretrieval tasks (BEIR layout; contrastlab audit MODEL --task DIR --split SPLIT):")
+        for path, splits in tasks:
+            print(f"    {path}   splits: {', '.join(splits)}")
     known = {r[0] for r in rows}
     if args.name is not None and args.name not in known:
         raise UsageError(f"data: unknown dataset {args.name!r}; known: {', '.join(sorted(known)) or '(none)'}")
