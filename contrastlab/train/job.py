@@ -168,6 +168,7 @@ def call_loss(
     gather: bool = False,
     parameters: LossParameters | None = None,
     matryoshka: MatryoshkaConfig | None = None,
+    weights: Tensor | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
@@ -187,6 +188,7 @@ def call_loss(
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
         parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
         matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
+        weights: ``(N, M)`` per-candidate weights of a loss that takes them (0 leaves a false negative out).
 
     Returns:
         The scalar loss.
@@ -202,6 +204,8 @@ def call_loss(
     if "gather" in params:
         kwargs["gather"] = gather
     kwargs.update(config.options_for_call())
+    if weights is not None:
+        kwargs["weights"] = weights
     prefixes = matryoshka or MatryoshkaConfig()
 
     def loss(*args: Tensor) -> Tensor:
@@ -232,9 +236,11 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
     def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
         n, raw = batch["anchor"].shape[0], batch.get("negatives")
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
+        false_negative = batch.get("false_negative")  # (n, N) of data.text.false_negatives: mask
+        weights = None if false_negative is None else (~false_negative).to(emb.dtype)
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
-            parameters=parameters, matryoshka=config.matryoshka,
+            parameters=parameters, matryoshka=config.matryoshka, weights=weights,
         )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)

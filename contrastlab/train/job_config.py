@@ -85,6 +85,11 @@ class TextDataConfig:
     """the split of a saved DatasetDict"""
     sources: tuple[str, ...] = ("stdlib",)
     """code corpus: where its docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
+    false_negatives: Literal["sampler", "mask", "off"] = "sampler"
+    """keep duplicates out of each other's negatives — two rows sharing a text (the same token ids) or a
+    row whose text is another positive of the other's anchor: sampler (the default: such rows never share
+    a batch, so every anchor keeps N − 1 negatives, for every loss), mask (batches as drawn, those columns
+    left out of the loss's sums through its per-candidate `weights`: info_nce, dcl), off"""
 
     def __post_init__(self) -> None:
         check_fields(self)
