@@ -17,7 +17,8 @@ the same token ids — or pair one's anchor with another positive of it), or an
 ``(N, N)`` :func:`~contrastlab.data.conflict_free.false_negative_mask` the job turns into the loss's
 ``weights``; ``off``); both are pure functions of the step, so resume is exact. Batches carry the texts as ``(N, L)`` code-point rows
 (:mod:`contrastlab.data.text_codes`), which a text encoder of :data:`contrastlab.models.text.TEXT_ENCODERS`
-tokenises. ``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
+tokenises; ``prompts.query`` is put before each anchor and ``prompts.document`` before every other text.
+``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
 two texts as the positives of one another. A file's negative columns become ``"negatives"``, ``(N, K, L)``
 per-anchor hard negatives, which the job embeds with the anchors and positives; they need a loss that
 takes them as per-anchor negatives (``info_nce``, ``dcl``).
@@ -42,8 +43,9 @@ from contrastlab.train.job_config import JobConfig, loss_registry, loss_signatur
 if TYPE_CHECKING:
     from contrastlab.data.code_corpus import CodeCorpus
     from contrastlab.data.text_pairs import TextPairs
+    from contrastlab.train.prompts import PromptsConfig
 
-__all__ = ["build_texts", "NEGATIVE_LOSSES"]
+__all__ = ["build_texts", "text_batch", "row_keys", "train_sampler", "NEGATIVE_LOSSES"]
 
 NEGATIVE_LOSSES = ("info_nce", "dcl")
 """Losses that take a file's negative columns as per-anchor hard negatives ``(N, K, D)``."""
@@ -88,6 +90,30 @@ def _held_out(config: JobConfig) -> tuple[TextPairs, TextPairs, dict[str, Any]]:
     return train, held, provenance
 
 
+def text_batch(
+    pairs: TextPairs, idx: list[int], offset: int, negatives: int, prompts: PromptsConfig
+) -> dict[str, Tensor]:
+    """The batch of rows ``idx`` of ``pairs``, the texts as code-point rows with their prompts.
+
+    ``"labels"`` is ``offset`` + the row number; the first ``negatives`` negative columns become ``(n, K, L)``.
+    """
+    # one tensor for all the batch's texts: anchors, positives and negatives share the padded width L,
+    # so the job can stack them into the one (R, L) input the encoder embeds
+    n = len(idx)
+    q, d = prompts.query, prompts.document  # the run's prompts, before each column's texts
+    texts = [q + pairs.rows[i][0] for i in idx] + [d + pairs.rows[i][1] for i in idx]
+    texts += [d + pairs.rows[i][2 + j] for i in idx for j in range(negatives)]
+    codes = texts_to_codes(texts)  # (n·(2 + K), L)
+    batch = {
+        "anchor": codes[:n],
+        "positive": codes[n : 2 * n],
+        "labels": torch.tensor([offset + i for i in idx], dtype=torch.int64),
+    }
+    if negatives:
+        batch["negatives"] = codes[2 * n :].view(n, negatives, codes.shape[1])  # (n, K, L)
+    return batch
+
+
 def row_keys(config: JobConfig, pairs: TextPairs) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
     """(own, protected) keys of each row for :mod:`contrastlab.data.conflict_free`.
 
@@ -108,11 +134,16 @@ def row_keys(config: JobConfig, pairs: TextPairs) -> tuple[list[tuple[int, ...]]
     return own, protected
 
 
-def _train_sampler(
-    config: JobConfig, train: TextPairs
+def train_sampler(
+    config: JobConfig, train: TextPairs, seed: int
 ) -> tuple[Callable[[int], Tensor], list[tuple[int, ...]], list[tuple[int, ...]]]:
-    """The batch sampler of ``data.text.false_negatives`` and the rows' keys (empty when ``off``)."""
-    mode, batch_size, seed = config.data.text.false_negatives, config.data.batch_size, config.train.seed
+    """The batch sampler of ``data.text.false_negatives`` over ``train`` and the rows' keys (empty when ``off``).
+
+    Raises:
+        contrastlab.train.ConfigError: ``mask`` with a loss that cannot leave columns out, or no conflict-free
+            batch of ``data.batch_size`` rows.
+    """
+    mode, batch_size = config.data.text.false_negatives, config.data.batch_size
     if mode == "off":
         return EpochSampler(len(train), batch_size, seed=seed), [], []
     if mode == "mask":
@@ -151,24 +182,11 @@ def build_texts(config: JobConfig) -> DataSource:
             f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
             f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
         )
-    sampler, own, protected = _train_sampler(config, train)
+    sampler, own, protected = train_sampler(config, train, config.train.seed)
     mask_batches = config.data.text.false_negatives == "mask"
 
     def rows_of(pairs: TextPairs, idx: list[int], offset: int, negatives: int) -> dict[str, Tensor]:
-        # one tensor for all the batch's texts: anchors, positives and negatives share the padded width L,
-        # so the job can stack them into the one (R, L) input the encoder embeds
-        n = len(idx)
-        texts = [pairs.rows[i][j] for j in range(2) for i in idx]
-        texts += [pairs.rows[i][2 + j] for i in idx for j in range(negatives)]
-        codes = texts_to_codes(texts)  # (n·(2 + K), L)
-        batch = {
-            "anchor": codes[:n],
-            "positive": codes[n : 2 * n],
-            "labels": torch.tensor([offset + i for i in idx], dtype=torch.int64),
-        }
-        if negatives:
-            batch["negatives"] = codes[2 * n :].view(n, negatives, codes.shape[1])  # (n, K, L)
-        return batch
+        return text_batch(pairs, idx, offset, negatives, config.prompts)
 
     def batch_at(step: int) -> dict[str, Tensor]:
         idx = sampler(step).tolist()

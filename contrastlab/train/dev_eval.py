@@ -1,0 +1,253 @@
+"""Retrieval metrics on a dev set during training: :class:`DevSet`, :func:`read_dev`, :func:`retrieval_metrics`.
+
+A dev set is queries, documents and each query's relevant documents with their grades. The model embeds
+both (with the run's prompts, :class:`~contrastlab.train.prompts.PromptsConfig`), every query searches
+every document exactly (cosine when the loss normalises, else the dot product), and the metrics of
+:data:`~contrastlab.train.select.RETRIEVAL_METRIC` are averaged over the queries:
+
+* ``ndcg@K`` — graded nDCG with gains ``grade / log2(rank + 1)`` and the ideal ranking of the query's
+  judged grades (trec_eval's ``ndcg_cut_K``; with grades 1 it is the binary nDCG of
+  :func:`contrastlab.search.metrics.ndcg_at_k`);
+* ``recall@K`` — the share of the query's relevant documents in the top K (trec_eval's ``recall_K``);
+* ``mrr@K`` — the reciprocal rank of the first relevant document within the top K (0 if none).
+
+Ties between equal scores are broken by document order (a stable sort), so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from contrastlab.train.data_source import DataSource
+from contrastlab.train.dataconf import ConfigError
+from contrastlab.train.job_config import JobConfig
+from contrastlab.train.select import RETRIEVAL_METRIC, DevConfig, Selector
+
+__all__ = [
+    "DevSet",
+    "dev_from_pairs",
+    "read_dev",
+    "retrieval_metrics",
+    "embed_texts",
+    "dev_evaluator",
+    "build_dev",
+    "with_dev_metrics",
+    "DEFAULT_METRICS",
+]
+
+DEFAULT_METRICS = ("ndcg@10", "recall@10", "mrr@10")
+"""The retrieval metrics every dev evaluation reports (the selected metric besides)."""
+
+
+@dataclass(frozen=True)
+class DevSet:
+    """Queries, documents and the relevant documents of each query.
+
+    Attributes:
+        queries: the query texts.
+        documents: the document texts (the corpus searched).
+        relevant: per query, ``{document index: grade > 0}``, at least one entry each.
+        name: where it came from (for logs).
+    """
+
+    queries: tuple[str, ...]
+    documents: tuple[str, ...]
+    relevant: tuple[dict[int, int], ...]
+    name: str
+
+    def __post_init__(self) -> None:
+        if not self.queries or len(self.relevant) != len(self.queries):
+            raise ValueError(f"a dev set needs queries, each with relevant documents; got {len(self.queries)}")
+        for q, rel in enumerate(self.relevant):
+            if not rel or any(g <= 0 or not 0 <= d < len(self.documents) for d, g in rel.items()):
+                raise ValueError(f"relevant[{q}] must map document indices to grades > 0, got {rel}")
+
+
+def dev_from_pairs(rows: Sequence[Sequence[str]], name: str) -> DevSet:
+    """The dev set of text rows (anchor, positive[, negatives…]).
+
+    Queries are the distinct anchors, documents the distinct positives and negatives, a query's relevant
+    documents the positives of its rows (grade 1).
+    """
+    queries: dict[str, int] = {}
+    documents: dict[str, int] = {}
+    relevant: list[dict[int, int]] = []
+    for r in rows:
+        q = queries.setdefault(r[0], len(queries))
+        if q == len(relevant):
+            relevant.append({})
+        relevant[q][documents.setdefault(r[1], len(documents))] = 1
+        for t in r[2:]:
+            documents.setdefault(t, len(documents))
+    return DevSet(tuple(queries), tuple(documents), tuple(relevant), name)
+
+
+def read_dev(config: DevConfig) -> DevSet:
+    """The dev set ``config`` names (``path`` must be set).
+
+    Raises:
+        contrastlab.train.ConfigError: naming ``select.dev.path`` for a file or folder that does not read.
+    """
+    assert config.path is not None
+    if config.kind == "pairs":
+        from contrastlab.data.text_pairs import read_text_pairs
+
+        try:
+            pairs = read_text_pairs(config.path, header=config.header)
+        except ValueError as e:
+            raise ConfigError(f"select.dev.path: {e}") from None
+        return dev_from_pairs(pairs.rows, pairs.name)
+    from contrastlab.tasks import holdout, read_beir_task
+
+    try:
+        task = read_beir_task(config.path, split=config.split)
+    except ValueError as e:
+        raise ConfigError(f"select.dev.path: {e}") from None
+    if config.part == "dev":
+        task = holdout(task, dev_fraction=config.dev_fraction, seed=config.seed)[1]
+    doc_index = {d: i for i, d in enumerate(task.doc_ids)}
+    relevant = [{doc_index[d]: g for d, g in task.relevant(q).items()} for q in task.query_ids]
+    keep = [i for i, rel in enumerate(relevant) if rel]
+    if not keep:
+        raise ConfigError(
+            f"select.dev.path: {config.path} split {config.split!r} has no query with a relevant document"
+        )
+    return DevSet(
+        tuple(task.query_texts[i] for i in keep),
+        tuple(task.doc_texts),
+        tuple(relevant[i] for i in keep),
+        f"{task.name}/{task.split}/{config.part}",
+    )
+
+
+def embed_texts(model: nn.Module, texts: Sequence[str], prompt: str, rows: int = 64) -> Tensor:
+    """``(len(texts), D)`` float32 embeddings of ``prompt + text``, in blocks of ``rows``.
+
+    ``model`` is a text encoder, or a model whose ``encoder`` is one (the representation is embedded).
+    """
+    text_encoder = getattr(model, "encoder", model)
+    embed = text_encoder.embed_texts
+    return torch.cat([embed([prompt + t for t in texts[i : i + rows]]).float() for i in range(0, len(texts), rows)])
+
+
+def retrieval_metrics(
+    queries: Tensor, documents: Tensor, relevant: Sequence[dict[int, int]], names: Sequence[str], *, normalize: bool
+) -> dict[str, float]:
+    """The mean of each metric of ``names`` over the queries (see the module docstring).
+
+    Shape:
+        queries: ``(Q, D)``; documents: ``(M, D)``; ``relevant`` has ``Q`` entries.
+
+    Raises:
+        ValueError: a name that is not ``ndcg@K``, ``recall@K`` or ``mrr@K``; mismatched shapes.
+    """
+    parsed = []
+    for name in names:
+        m = RETRIEVAL_METRIC.match(name)
+        if m is None:
+            raise ValueError(f"names: {name!r} is not ndcg@K, recall@K or mrr@K")
+        parsed.append((name, m.group(1), int(m.group(2))))
+    if queries.ndim != 2 or documents.ndim != 2 or queries.shape[1] != documents.shape[1]:
+        raise ValueError(
+            f"queries (Q, D) and documents (M, D) must share D, got {tuple(queries.shape)}, {tuple(documents.shape)}"
+        )
+    if len(relevant) != queries.shape[0]:
+        raise ValueError(f"relevant must have one entry per query ({queries.shape[0]}), got {len(relevant)}")
+    q, d = queries.double(), documents.double()
+    if normalize:
+        q, d = torch.nn.functional.normalize(q, dim=1), torch.nn.functional.normalize(d, dim=1)
+    depth = min(max(k for _, _, k in parsed), d.shape[0])
+    scores = (q @ d.T).cpu().numpy()  # (Q, M)
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]  # ties: the earlier document first
+    sums = {name: 0.0 for name, _, _ in parsed}
+    for i, rel in enumerate(relevant):
+        gains = np.array([rel.get(int(j), 0) for j in order[i]], dtype=np.float64)  # (depth,)
+        discount = 1.0 / np.log2(np.arange(2, depth + 2))
+        ideal = np.sort(np.array(list(rel.values()), dtype=np.float64))[::-1]
+        for name, kind, k in parsed:
+            kk = min(k, depth)
+            if kind == "ndcg":
+                best = ideal[:k] @ (1.0 / np.log2(np.arange(2, min(k, len(ideal)) + 2)))
+                sums[name] += float(gains[:kk] @ discount[:kk]) / best
+            elif kind == "recall":
+                sums[name] += float((gains[:kk] > 0).sum()) / len(rel)
+            else:
+                hit = np.flatnonzero(gains[:kk] > 0)
+                sums[name] += 1.0 / (hit[0] + 1) if hit.size else 0.0
+    return {name: s / len(relevant) for name, s in sums.items()}
+
+
+def dev_evaluator(
+    dev: DevSet, names: Sequence[str], *, query_prompt: str, document_prompt: str, normalize: bool
+) -> Callable[[nn.Module], dict[str, float]]:
+    """``model -> {metric: value}`` on ``dev`` (the model in eval mode, under ``no_grad``, as the trainer calls it)."""
+    wanted = tuple(dict.fromkeys([*DEFAULT_METRICS, *names]))
+
+    def evaluate(model: nn.Module) -> dict[str, float]:
+        q = embed_texts(model, dev.queries, query_prompt)
+        d = embed_texts(model, dev.documents, document_prompt)
+        return retrieval_metrics(q, d, dev.relevant, wanted, normalize=normalize)
+
+    return evaluate
+
+
+def build_dev(config: JobConfig, source: DataSource) -> DevSet | None:
+    """The dev set of ``config.select``: ``select.dev.path``, else the held-out rows of a text source.
+
+    None when the selected metric is not a retrieval metric and no dev path is given.
+
+    Raises:
+        contrastlab.train.ConfigError: a dev set that does not read, or a retrieval metric on data that is
+            not text with no ``select.dev.path`` (named).
+    """
+    sel = config.select
+    if sel.dev.path is not None:
+        return read_dev(sel.dev)
+    if sel.metric is None or RETRIEVAL_METRIC.match(sel.metric) is None:
+        return None
+    if source.kind != "texts":
+        raise ConfigError(
+            f"select.metric {sel.metric!r} ranks texts: data.name {config.data.name!r} gives {source.kind}; "
+            "use select.metric loss, or text data"
+        )
+    from contrastlab.data.text_codes import codes_to_texts
+
+    held = source.eval_batch
+    q, d = config.prompts.query, config.prompts.document
+    anchors = [t[len(q) :] for t in codes_to_texts(held["anchor"])]  # the held-out rows, without their prompts
+    positives = [t[len(d) :] for t in codes_to_texts(held["positive"])]
+    return dev_from_pairs(list(zip(anchors, positives, strict=True)), "held-out rows")
+
+
+def with_dev_metrics(
+    config: JobConfig,
+    dev: DevSet | None,
+    eval_fn: Callable[[nn.Module, int], dict[str, float]],
+    selector: Selector | None,
+) -> Callable[[nn.Module, int], dict[str, float]]:
+    """``eval_fn`` plus the retrieval metrics on ``dev`` (when given), each evaluation recorded by ``selector``."""
+    metric = config.select.metric
+    names = [metric] if metric is not None and RETRIEVAL_METRIC.match(metric) else []
+    dev_metrics = (
+        None
+        if dev is None
+        else dev_evaluator(
+            dev, names, query_prompt=config.prompts.query, document_prompt=config.prompts.document,
+            normalize=config.loss.normalize,
+        )
+    )  # fmt: skip
+
+    def evaluate(model: nn.Module, step: int) -> dict[str, float]:
+        out = eval_fn(model, step)
+        if dev_metrics is not None:
+            out.update(dev_metrics(model))
+        if selector is not None:
+            selector.update(step, out)
+        return out
+
+    return evaluate
