@@ -29,6 +29,10 @@ class AuditConfig:
     """texts per encoder call"""
     max_seq_length: int = 128
     """tokens per text (longer texts are truncated)"""
+    query_prompt: str = ""
+    """put before each query text before encoding (e.g. "query: ", the prompt the model was trained with)"""
+    document_prompt: str = ""
+    """put before each document text before encoding (e.g. "passage: ")"""
     device: str = "cpu"
     """torch device of the encoder"""
     ks: tuple[int, ...] = (1, 5, 10, 100)
