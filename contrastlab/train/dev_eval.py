@@ -6,20 +6,22 @@ every document exactly (cosine when the loss normalises, else the dot product), 
 :data:`~contrastlab.train.select.RETRIEVAL_METRIC` are averaged over the queries:
 
 * ``ndcg@K`` — graded nDCG with gains ``grade / log2(rank + 1)`` and the ideal ranking of the query's
-  judged grades (trec_eval's ``ndcg_cut_K``; with grades 1 it is the binary nDCG of
+  judged grades (trec_eval's ``ndcg_cut.K``; with grades 1 it is the binary nDCG of
   :func:`contrastlab.search.metrics.ndcg_at_k`);
-* ``recall@K`` — the share of the query's relevant documents in the top K (trec_eval's ``recall_K``);
-* ``mrr@K`` — the reciprocal rank of the first relevant document within the top K (0 if none).
+* ``recall@K`` — the share of the query's relevant documents in the top K (trec_eval's ``recall.K``);
+* ``mrr@K`` — the reciprocal rank of the first relevant document within the top K (0 if none; MTEB's
+  ``mrr_at_K``).
 
-Ties between equal scores are broken by document order (a stable sort), so a run is deterministic.
+They are computed by :func:`contrastlab.search.graded.graded_metrics` (equal to trec_eval), equal scores
+ordered by document id decreasing as trec_eval orders them (a task's ids; a pairs file's row positions).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -53,12 +55,16 @@ class DevSet:
         documents: the document texts (the corpus searched).
         relevant: per query, ``{document index: grade > 0}``, at least one entry each.
         name: where it came from (for logs).
+        doc_ids: the documents' ids (a task's; trec_eval orders equal scores by them), or None (positions).
+        query_ids: the queries' ids (a task's), or None (positions).
     """
 
     queries: tuple[str, ...]
     documents: tuple[str, ...]
     relevant: tuple[dict[int, int], ...]
     name: str
+    doc_ids: tuple[str, ...] | None = None
+    query_ids: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.queries or len(self.relevant) != len(self.queries):
@@ -122,6 +128,8 @@ def read_dev(config: DevConfig) -> DevSet:
         tuple(task.doc_texts),
         tuple(relevant[i] for i in keep),
         f"{task.name}/{task.split}/{config.part}",
+        doc_ids=tuple(task.doc_ids),
+        query_ids=tuple(task.query_ids[i] for i in keep),
     )
 
 
@@ -135,51 +143,81 @@ def embed_texts(model: nn.Module, texts: Sequence[str], prompt: str, rows: int =
     return torch.cat([embed([prompt + t for t in texts[i : i + rows]]).float() for i in range(0, len(texts), rows)])
 
 
+def _measure(name: str) -> str:
+    """trec_eval's measure of a dev metric name (``ndcg@10`` → ``ndcg_cut.10``, ``recall@K``, ``mrr@K`` alike).
+
+    Raises:
+        ValueError: a name that is not ``ndcg@K``, ``recall@K`` or ``mrr@K``.
+    """
+    m = RETRIEVAL_METRIC.match(name)
+    if m is None:
+        raise ValueError(f"names: {name!r} is not ndcg@K, recall@K or mrr@K")
+    return f"{_TREC[m.group(1)]}.{m.group(2)}"
+
+
+_TREC = {"ndcg": "ndcg_cut", "recall": "recall", "mrr": "mrr_cut"}
+
+
 def retrieval_metrics(
-    queries: Tensor, documents: Tensor, relevant: Sequence[dict[int, int]], names: Sequence[str], *, normalize: bool
-) -> dict[str, float]:
-    """The mean of each metric of ``names`` over the queries (see the module docstring).
+    queries: Tensor,
+    documents: Tensor,
+    relevant: Sequence[dict[int, int]],
+    names: Sequence[str],
+    *,
+    normalize: bool,
+    doc_ids: Sequence[str] | None = None,
+    per_query: bool = False,
+) -> dict[str, Any]:
+    """Each metric of ``names`` over the queries, by :func:`contrastlab.search.graded.graded_metrics`.
+
+    Every query's documents are ranked by score (float64), equal scores by document id decreasing, as
+    trec_eval ranks them; the top ``max K`` are scored.
 
     Shape:
         queries: ``(Q, D)``; documents: ``(M, D)``; ``relevant`` has ``Q`` entries.
 
+    Args:
+        queries: query embeddings.
+        documents: document embeddings.
+        relevant: per query, ``{document position: grade}``.
+        names: ``ndcg@K``, ``recall@K``, ``mrr@K``.
+        normalize: cosine similarity (else the dot product).
+        doc_ids: the documents' ids (trec_eval's tie order); default their positions as strings.
+        per_query: return ``(Q,)`` arrays instead of means.
+
+    Returns:
+        name → the mean over queries (a float), or the ``(Q,)`` per-query values with ``per_query``.
+
     Raises:
         ValueError: a name that is not ``ndcg@K``, ``recall@K`` or ``mrr@K``; mismatched shapes.
     """
-    parsed = []
-    for name in names:
-        m = RETRIEVAL_METRIC.match(name)
-        if m is None:
-            raise ValueError(f"names: {name!r} is not ndcg@K, recall@K or mrr@K")
-        parsed.append((name, m.group(1), int(m.group(2))))
+    from contrastlab.search.graded import graded_metrics, judgements, tie_keys
+
+    measures = {name: _measure(name) for name in names}
     if queries.ndim != 2 or documents.ndim != 2 or queries.shape[1] != documents.shape[1]:
         raise ValueError(
             f"queries (Q, D) and documents (M, D) must share D, got {tuple(queries.shape)}, {tuple(documents.shape)}"
         )
     if len(relevant) != queries.shape[0]:
         raise ValueError(f"relevant must have one entry per query ({queries.shape[0]}), got {len(relevant)}")
+    ids = [str(i) for i in range(documents.shape[0])] if doc_ids is None else list(doc_ids)
     q, d = queries.double(), documents.double()
     if normalize:
         q, d = torch.nn.functional.normalize(q, dim=1), torch.nn.functional.normalize(d, dim=1)
-    depth = min(max(k for _, _, k in parsed), d.shape[0])
-    scores = (q @ d.T).cpu().numpy()  # (Q, M)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]  # ties: the earlier document first
-    sums = {name: 0.0 for name, _, _ in parsed}
-    for i, rel in enumerate(relevant):
-        gains = np.array([rel.get(int(j), 0) for j in order[i]], dtype=np.float64)  # (depth,)
-        discount = 1.0 / np.log2(np.arange(2, depth + 2))
-        ideal = np.sort(np.array(list(rel.values()), dtype=np.float64))[::-1]
-        for name, kind, k in parsed:
-            kk = min(k, depth)
-            if kind == "ndcg":
-                best = ideal[:k] @ (1.0 / np.log2(np.arange(2, min(k, len(ideal)) + 2)))
-                sums[name] += float(gains[:kk] @ discount[:kk]) / best
-            elif kind == "recall":
-                sums[name] += float((gains[:kk] > 0).sum()) / len(rel)
-            else:
-                hit = np.flatnonzero(gains[:kk] > 0)
-                sums[name] += 1.0 / (hit[0] + 1) if hit.size else 0.0
-    return {name: s / len(relevant) for name, s in sums.items()}
+    depth = min(max(int(m.rsplit(".", 1)[1]) for m in measures.values()), d.shape[0])
+    scores = q @ d.T  # (Q, M)
+    top_scores, top = torch.topk(scores, depth, dim=1)  # (Q, depth); ties at the cut resolved by graded's order
+    qids = [str(i) for i in range(len(relevant))]
+    qrels = {qid: {ids[doc]: g for doc, g in rel.items()} for qid, rel in zip(qids, relevant, strict=True)}
+    judged = judgements(qrels, qids, ids)
+    per = graded_metrics(
+        top.cpu().numpy(), judged, list(measures.values()), scores=top_scores.cpu().numpy(), ties=tie_keys(ids)
+    )
+    out: dict[str, Any] = {}
+    for name, measure in measures.items():
+        values = per[measure.replace(".", "_")]
+        out[name] = values if per_query else float(values.mean())
+    return out
 
 
 def dev_evaluator(
@@ -191,7 +229,7 @@ def dev_evaluator(
     def evaluate(model: nn.Module) -> dict[str, float]:
         q = embed_texts(model, dev.queries, query_prompt)
         d = embed_texts(model, dev.documents, document_prompt)
-        return retrieval_metrics(q, d, dev.relevant, wanted, normalize=normalize)
+        return retrieval_metrics(q, d, dev.relevant, wanted, normalize=normalize, doc_ids=dev.doc_ids)
 
     return evaluate
 

@@ -111,3 +111,65 @@ def test_an_empty_source_is_named(tmp_path: Path, bert: Path, capsys: pytest.Cap
     assert not out.exists()
     with pytest.raises(ConfigError, match="data.sources.datasets must list"):
         DATA_BUILDERS["sources"](JobConfig(data=DataConfig(name="sources")))
+
+
+def _task(tmp_path: Path) -> Path:
+    """A BEIR folder of 30 queries over 40 documents: query i judges documents i and i + 1 (grade 1, 2) and
+    document 39 as non-relevant (grade 0)."""
+    from tests.tasks.test_beir import write_task
+
+    corpus = [{"_id": f"d{j:02d}", "title": f"title {j}", "text": f"body of document {j}"} for j in range(40)]
+    queries = [{"_id": f"q{i:02d}", "text": f"question number {i}"} for i in range(30)]
+    qrels = "query-id\tcorpus-id\tscore\n" + "".join(
+        f"q{i:02d}\td{i:02d}\t1\nq{i:02d}\td{i + 1:02d}\t2\nq{i:02d}\td39\t0\n" for i in range(30)
+    )
+    return write_task(tmp_path / "task", corpus=corpus, queries=queries, qrels=qrels, split="train")
+
+
+def test_task_source_pairs_every_relevant_document_and_keeps_the_holdout_apart(tmp_path: Path) -> None:
+    from contrastlab.tasks import holdout, read_beir_task
+    from contrastlab.train.text_sources import read_source
+
+    folder = _task(tmp_path)
+    train = read_source(SourceConfig(path=str(folder), kind="task", split="train", part="train"), "x")
+    dev = read_source(SourceConfig(path=str(folder), kind="task", split="train", part="dev"), "x")
+    task = read_beir_task(folder, "train")
+    t_part, d_part = holdout(task, dev_fraction=0.2, seed=0)
+    assert len(train) == 2 * len(t_part.query_ids) and len(dev) == 2 * len(d_part.query_ids)  # grade 0 left out
+    assert {r[0] for r in train.rows}.isdisjoint({r[0] for r in dev.rows})
+    i = int(t_part.query_ids[0][1:])
+    assert (f"question number {i}", f"title {i} body of document {i}") in train.rows
+    with pytest.raises(ConfigError, match=r"^y\.path: .*"):
+        read_source(SourceConfig(path=str(tmp_path / "missing"), kind="task"), "y")
+
+
+def test_task_source_protects_a_querys_other_documents_and_dev_metrics_use_the_task(tmp_path: Path, bert: Path) -> None:
+    from contrastlab.train.dev_eval import read_dev
+    from contrastlab.train.select import DevConfig, SelectConfig
+
+    folder = _task(tmp_path)
+    cfg = JobConfig(
+        data=DataConfig(
+            name="sources",
+            batch_size=6,
+            sources=SourcesConfig(datasets=(SourceConfig(path=str(folder), kind="task", split="train", part="train"),)),
+        ),
+        encoder=EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16, max_seq_length=16),
+        loss=LossConfig(temperature=0.5),
+        train=TrainConfig(steps=4, seed=0, progress=False, log_every=1, eval_every=2),
+        eval=EvalConfig(n=4),
+        select=SelectConfig(metric="ndcg@10", dev=DevConfig(path=str(folder), kind="task", split="train")),
+    )
+    source = DATA_BUILDERS["sources"](cfg)
+    for step in range(10):
+        b = source.batch_at(step)
+        anchors, positives = codes_to_texts(b["anchor"]), codes_to_texts(b["positive"])
+        assert len(set(anchors)) == 6  # a query's two relevant documents never share a batch
+        nums = [int(p.split()[1]) for p in positives]
+        for a in anchors:  # nor does another relevant document of a query in the batch (doc i + 1 of query i)
+            q = int(a.split()[-1])
+            assert sum(n in (q, q + 1) for n in nums) == 1
+    dev = read_dev(cfg.select.dev)
+    assert dev.doc_ids is not None and len(dev.documents) == 40 and all(len(r) == 2 for r in dev.relevant)
+    results = run_job(cfg, tmp_path / "run")
+    assert results["selected"]["metric"] == "ndcg@10" and 0 <= results["selected"]["value"] <= 1
