@@ -106,14 +106,14 @@ def read_dev(config: DevConfig) -> DevSet:
         try:
             pairs = read_text_pairs(config.path, header=config.header)
         except ValueError as e:
-            raise ConfigError(f"select.dev.path: {e}") from None
+            raise ConfigError(f"select.dev.path: {str(e).removeprefix('path: ')}") from None
         return dev_from_pairs(pairs.rows, pairs.name)
     from contrastlab.tasks import holdout, read_beir_task
 
     try:
         task = read_beir_task(config.path, split=config.split)
     except ValueError as e:
-        raise ConfigError(f"select.dev.path: {e}") from None
+        raise ConfigError(f"select.dev.path: {str(e).removeprefix('path: ')}") from None
     if config.part == "dev":
         task = holdout(task, dev_fraction=config.dev_fraction, seed=config.seed)[1]
     doc_index = {d: i for i, d in enumerate(task.doc_ids)}

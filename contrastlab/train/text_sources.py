@@ -90,13 +90,13 @@ def read_source(src: SourceConfig, where: str) -> TextPairs:
         try:
             return read_text_pairs(src.path, header=src.header, split=src.split)
         except ValueError as e:
-            raise ConfigError(f"{where}.path: {e}") from None
+            raise ConfigError(f"{where}.path: {str(e).removeprefix('path: ')}") from None
     from contrastlab.tasks import holdout, read_beir_task
 
     try:
         task = read_beir_task(src.path, split=src.split or "train")
     except ValueError as e:
-        raise ConfigError(f"{where}.path: {e}") from None
+        raise ConfigError(f"{where}.path: {str(e).removeprefix('path: ')}") from None
     if src.part != "all":
         train, dev = holdout(task, dev_fraction=src.dev_fraction, seed=src.seed)
         task = train if src.part == "train" else dev

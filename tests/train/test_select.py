@@ -210,3 +210,21 @@ def test_cli_bad_select_and_prompts_exit_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and needle in err, err
     assert not out.exists()
+
+
+def test_the_practitioners_five_line_config_reads(tmp_path: Path) -> None:
+    from contrastlab.train.dataconf import read_config
+
+    p = tmp_path / "job.yaml"
+    p.write_text(
+        "data: {name: sources, batch_size: 32, sources: {datasets: [{kind: task, path: scifact-train, split: train, "
+        "part: train}]}}\n"
+        "encoder: {name: minilm, out_dim: 384, max_seq_length: 256}\n"
+        "train: {steps: 200, eval_every: 20, checkpoint_every: 20, optim: {name: adamw, lr: 2.0e-5}}\n"
+        "select: {metric: ndcg@10, mode: max, patience: 3, dev: {kind: task, path: scifact-train, split: train, "
+        "part: dev}}\n"
+        'prompts: {query: "query: ", document: "passage: "}\n'
+    )
+    cfg = read_config(JobConfig, p)
+    assert cfg.data.text.false_negatives == "sampler" and cfg.select.dev.part == "dev"
+    assert cfg.data.sources.datasets[0].part == "train" and cfg.prompts.query == "query: "
