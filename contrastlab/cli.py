@@ -420,7 +420,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         result = encode_corpus(
             corpus,
-            TextModelSource(args.model, max_seq_length=args.max_seq_length),
+            TextModelSource(args.model, max_seq_length=args.max_seq_length, prompt=args.prompt),
             args.out,
             engine=engine,
             shard_rows=args.shard_rows,
@@ -747,6 +747,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="texts per forward pass")
     p.add_argument("--actors", type=int, default=2, help="Ray actors, each loading the model once (--engine ray)")
     p.add_argument("--max-seq-length", type=int, default=128, help="tokens per text (longer ones are truncated)")
+    p.add_argument(
+        "--prompt",
+        default="",
+        help='put before every document, e.g. "passage: " (the prompt the model was trained with)',
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     subs["encode"] = p
 

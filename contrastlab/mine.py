@@ -55,6 +55,10 @@ class MineConfig:
     .npy of (2P, D) embeddings: the P anchors, then their P positives"""
     pairs: str | None = None
     """the pairs file (.tsv/.csv/.jsonl) or saved dataset folder; its distinct positives are the corpus"""
+    query_prompt: str = ""
+    """put before each anchor before encoding (e.g. "query: ", the prompt the model was trained with)"""
+    document_prompt: str = ""
+    """put before each document before encoding (e.g. "passage: ")"""
     header: bool = False
     """the first line of a .tsv/.csv pairs file names the columns"""
     split: str | None = None
@@ -172,8 +176,10 @@ def _embeddings(config: MineConfig, anchors: list[str], documents: list[str], ro
     encoder = load_model(audit)
     bs, shown = config.batch_size, config.progress
     return (
-        encode_texts(encoder, anchors, batch_size=bs, progress=shown, label="anchors"),
-        encode_texts(encoder, documents, batch_size=bs, progress=shown, label="documents"),
+        encode_texts(encoder, anchors, batch_size=bs, progress=shown, label="anchors", prompt=config.query_prompt),
+        encode_texts(
+            encoder, documents, batch_size=bs, progress=shown, label="documents", prompt=config.document_prompt
+        ),
     )
 
 

@@ -353,9 +353,15 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
 
 
 def encode_texts(
-    encoder: TextEncoder | OnnxTextEncoder, texts: list[str], *, batch_size: int, progress: bool, label: str
+    encoder: TextEncoder | OnnxTextEncoder,
+    texts: list[str],
+    *,
+    batch_size: int,
+    progress: bool,
+    label: str,
+    prompt: str = "",
 ) -> Tensor:
-    """Encode ``texts`` in batches sorted by length; rows come back in the input order.
+    """Encode ``prompt + text`` for each of ``texts`` in batches sorted by length; rows come back in the input order.
 
     Memory is the ``(len(texts), D)`` float32 result plus one batch.
 
@@ -371,7 +377,7 @@ def encode_texts(
         with torch.inference_mode():
             for s in range(0, len(order), batch_size):
                 idx = order[s : s + batch_size]
-                emb = encoder([texts[i] for i in idx])
+                emb = encoder([prompt + texts[i] for i in idx])
                 if emb.ndim != 2 or emb.shape[0] != len(idx):
                     raise ValueError(
                         f"model: {encoder.description} gives output of shape {tuple(emb.shape)} for "

@@ -151,10 +151,12 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
         assert pairs.queries is not None and pairs.documents is not None
         queries, documents = pairs.queries, pairs.documents
         q_raw, d_raw = (
-            encode_texts(inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label)
-            for texts, label in (
-                ([queries[i] for i in np.concatenate([ev, va])], "queries"),
-                ([documents[j] for j in docs], "documents"),
+            encode_texts(
+                inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
+            )
+            for texts, label, prompt in (
+                ([queries[i] for i in np.concatenate([ev, va])], "queries", cfg.query_prompt),
+                ([documents[j] for j in docs], "documents", cfg.document_prompt),
             )
         )
         model_desc = inputs.encoder.description

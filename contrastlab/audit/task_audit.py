@@ -446,11 +446,14 @@ def audit_task(
     stages["inputs_s"] = time.perf_counter() - t
     t = time.perf_counter()
     task = inputs.task
-    q_raw = encode_texts(
-        inputs.encoder, list(task.query_texts), batch_size=cfg.batch_size, progress=cfg.progress, label="queries"
-    )
-    d_raw = encode_texts(
-        inputs.encoder, list(task.doc_texts), batch_size=cfg.batch_size, progress=cfg.progress, label="documents"
+    q_raw, d_raw = (
+        encode_texts(
+            inputs.encoder, list(texts), batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
+        )
+        for texts, label, prompt in (
+            (task.query_texts, "queries", cfg.query_prompt),
+            (task.doc_texts, "documents", cfg.document_prompt),
+        )
     )
     encode_s = time.perf_counter() - t
     stages["store_s"] = encode_s

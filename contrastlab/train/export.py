@@ -40,7 +40,12 @@ def _similarity(normalize: bool) -> str:
 
 
 def save_sentence_transformers(
-    encoder: nn.Module, folder: str | Path, *, normalize: bool, about: dict[str, Any]
+    encoder: nn.Module,
+    folder: str | Path,
+    *,
+    normalize: bool,
+    about: dict[str, Any],
+    prompts: dict[str, str] | None = None,
 ) -> Path:
     """Write a :class:`~contrastlab.models.text.TransformerTextEncoder` as a sentence-transformers folder.
 
@@ -52,6 +57,8 @@ def save_sentence_transformers(
         folder: the output folder.
         normalize: whether the training loss normalised the embeddings (the folder's similarity: cosine or dot).
         about: provenance written to ``contrastlab.json`` in the folder (the run, the step).
+        prompts: the run's prompts by name (``{"query": "query: ", "document": "passage: "}``), saved as the
+            model's ``prompts``, so ``encode(texts, prompt_name="query")`` puts them before the texts.
 
     Returns:
         The folder.
@@ -70,7 +77,12 @@ def save_sentence_transformers(
     out = Path(folder)
     out.parent.mkdir(parents=True, exist_ok=True)
     modules = [copy.deepcopy(m).cpu() for m in text.body]
-    model = SentenceTransformer(modules=modules, device="cpu", similarity_fn_name=_similarity(normalize))  # type: ignore[arg-type]
+    model = SentenceTransformer(
+        modules=modules,  # type: ignore[arg-type]
+        device="cpu",
+        similarity_fn_name=_similarity(normalize),
+        prompts=dict(prompts or {}),
+    )
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         with hf_progress_bars(False):  # transformers' "Writing model shards"
@@ -90,6 +102,9 @@ def save_sentence_transformers(
 
 def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[TransformerTextEncoder, dict[str, Any], int]:
     """The text encoder of a ``contrastlab train`` run, with its newest checkpoint's weights, in eval mode.
+
+    A run that selects its checkpoint by a dev metric (``select.metric``) gives the selected step's weights,
+    which its newest checkpoint holds beside the last step's.
 
     Returns:
         ``(encoder, the run's config.json as a dict, step)``; the encoder is the representation (without a
@@ -121,9 +136,13 @@ def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[Trans
     text = TEXT_ENCODERS[e["name"]](e.get("path"), int(e["max_seq_length"]))
     proj = int(e.get("proj_dim") or 0)
     model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
-    model.load_state_dict(state["model"])
+    weights, step = state["model"], int(state["step"])
+    selected = (state.get("extra") or {}).get("select")  # select.metric: the selected step's weights
+    if selected is not None and int(selected["best_step"]) >= 0:
+        weights, step = selected["best_weights"], int(selected["best_step"])
+    model.load_state_dict(weights)
     text.to(device).eval()
-    return text, cfg, int(state["step"])
+    return text, cfg, step
 
 
 def export_run(run_dir: str | Path, folder: str | Path) -> Path:
@@ -143,4 +162,7 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
         "encoder": cfg["encoder"]["name"],
         "loss": loss.get("name"),
     }
-    return save_sentence_transformers(encoder, out, normalize=bool(loss.get("normalize", True)), about=about)
+    prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v}
+    return save_sentence_transformers(
+        encoder, out, normalize=bool(loss.get("normalize", True)), about=about, prompts=prompts
+    )
