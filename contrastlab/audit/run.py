@@ -44,7 +44,7 @@ from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression, pq_min_documents
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.probe import mean_ci
@@ -580,7 +580,7 @@ def _report(
         results["compression"] = found.compression
 
     def draw(stage: Path) -> list[dict[str, str]]:
-        title = f"{model_desc}"
+        title = model_title(model_desc, cfg.model)  # the model or run, not its path on disk
         plot_search(curve, tau, risk, stage / "search.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 

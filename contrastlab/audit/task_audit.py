@@ -46,7 +46,7 @@ from torch import Tensor
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import encode_texts, load_model
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.bootstrap import bootstrap_mean
@@ -672,7 +672,7 @@ def _task_report(
         results["compression"] = found.compression
 
     def draw(stage: Path) -> list[dict[str, str]]:
-        title = f"{model} on {task.name}"
+        title = f"{model_title(model, cfg.model)} on {task.name}"  # the model or run, not its path on disk
         curve = found.curves[0] if found.fit_on != "other fold" else found.curves[0] + found.curves[1]
         tau = float(np.exp(np.mean(np.log(found.taus))))
         plot_search(sorted(curve), tau, risk, stage / "search.png", title=title)

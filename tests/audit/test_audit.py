@@ -47,6 +47,35 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     assert m["num_documents"] == 240 and 0 < m["num_queries"] < 240  # every document; the non-valid queries
 
 
+def test_figure_titles_name_the_model_not_its_path_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contrastlab.audit.run as run_module
+    import contrastlab.eval.tails as tails_module
+
+    run = tmp_path / "info_nce-seed0"
+    run.mkdir()
+    emb, pairs = _synthetic(run)
+    titles: list[str] = []
+
+    def recording(plot):  # the real plot, with its title kept
+        def wrapped(*args, **kwargs):
+            titles.append(kwargs["title"])
+            return plot(*args, **kwargs)
+
+        return wrapped
+
+    for module, name in [
+        (run_module, "plot_search"),
+        (run_module, "plot_norms"),
+        (tails_module, "plot_tail_diagnostics"),
+    ]:
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    res = audit(AuditConfig(model=str(emb.resolve()), pairs=str(pairs), **FAST), tmp_path / "audit")
+    assert len(titles) == 3
+    assert all(str(tmp_path) not in t and "/" not in t for t in titles), titles
+    assert titles[0] == "emb.npy" and titles[1] == "emb.npy: query → document negatives"
+    assert res["model"] == str(emb.resolve())  # results.json keeps where the model came from
+
+
 def test_retrieval_equals_the_library_evaluation(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     q = torch.tensor(rng.normal(size=(50, 8)), dtype=torch.float32)
