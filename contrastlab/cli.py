@@ -566,10 +566,17 @@ def _cmd_query(args: argparse.Namespace, rest: list[str]) -> int:
             model=args.model,
         )
     except ValueError as e:  # bad input: the store's files, the model, the address, the queries
-        raise UsageError(f"query: {' '.join(str(e).split())}") from None
+        msg = " ".join(str(e).split())
+        if msg.startswith("queries:"):
+            msg = f"--queries {args.queries}:{msg.removeprefix('queries:')}"
+        raise UsageError(f"query: {msg}") from None
     out: dict[str, Any] = {"ids": res.ids, "scores": res.scores}
     if log_z is not None:
         out["log_partition"] = log_z
+    # what was done to the queries: under cosine they were L2-normalised as the store's documents are
+    out["metric"] = args.metric
+    out["queries_normalised"] = args.metric == "cosine"
+    out["temperature"] = args.temperature
     if args.out is None:
         for i in range(min(10, res.ids.shape[0])):
             lz = "" if log_z is None else f"  log Z = {log_z[i]:.6f}"
@@ -778,11 +785,26 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("store", help="embedding store folder")
     p.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors of query embeddings")
     p.add_argument("-k", type=int, default=10, help="results per query")
-    p.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
-    p.add_argument("--temperature", type=float, default=None, help="also the corpus-wide log-partition at this τ")
+    p.add_argument(
+        "--metric",
+        choices=("cosine", "ip"),
+        default="cosine",
+        help="cosine (default): the queries are L2-normalised as the store's documents are, so raw model outputs "
+        "and unit vectors give the same results (results.json: queries_normalised); ip: used as given",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="also the corpus-wide log-partition at this τ (of the normalised queries under cosine)",
+    )
     p.add_argument("--exclude-self", action="store_true", help="queries are the store's rows 0..Q-1")
     p.add_argument("--model", default=None, help="refuse a store written by a model of another name")
-    p.add_argument("--out", default=None, help="results.json (ids, scores, log_partition); default: print")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="results.json (ids, scores, log_partition, metric, queries_normalised, temperature); default: print",
+    )
     from contrastlab.scale.cluster import add_engine_arguments
 
     add_engine_arguments(p)
