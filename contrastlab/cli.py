@@ -470,11 +470,16 @@ def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
         summary = mine_pairs(cfg, args.out, engine=engine, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument
         raise UsageError(f"mine: {' '.join(str(e).split())}") from None
+    cap = (
+        ""
+        if cfg.max_probability is None
+        else f"; max_probability {cfg.max_probability:g} at temperature {cfg.temperature:g}"
+    )
     print(
         f"{summary['complete']} of {summary['anchors']} anchors kept {cfg.num_negatives} negatives; "
-        f"{summary['rows']} rows written ({cfg.output_format})"
+        f"{summary['rows']} rows written ({cfg.output_format}){cap}"
     )
-    print(f"written: {summary['out']}")
+    print(f"written: {summary['out']}\noptions: {summary['sidecar']}")
     return EXIT_OK
 
 
