@@ -50,9 +50,23 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
     Raises:
         UsageError: an override without a value (the end of the line, or another ``--option`` next).
     """
+    kept, overrides, _ = _split_arguments(parser, argv)
+    return kept, overrides
+
+
+def _split_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """:func:`_split_overrides`, and the bare arguments that follow each override's value.
+
+    The third item maps ``--name`` to its value then the bare arguments written right after it (before the
+    next option): ``--generators linear monomial`` gives ``{"--generators": ["linear", "monomial"]}``.
+    """
     known = parser._option_string_actions
     kept: list[str] = []
     overrides: list[str] = []
+    trailing: dict[str, list[str]] = {}
+    last: str | None = None  # the override whose value was the previous argument
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -61,9 +75,12 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
             takes_value = known[name].nargs != 0 and "=" not in arg
             kept.extend(argv[i : i + 2] if takes_value else argv[i : i + 1])
             i += 2 if takes_value else 1
+            last = None
         elif arg.startswith("--") and len(arg) > 2:
             if "=" in arg:
                 overrides.append(arg)
+                last = name
+                trailing[name] = [arg.split("=", 1)[1]]
                 i += 1
                 continue
             value = argv[i + 1] if i + 1 < len(argv) else None
@@ -71,20 +88,39 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
                 after = "" if value is None else f" (got the option {value})"
                 raise UsageError(f"{parser.prog}: {arg} needs a value{after}")
             overrides.extend((arg, value))
+            last = arg
+            trailing[arg] = [value]
             i += 2
         else:
             kept.append(arg)
+            if last is not None and not arg.startswith("-"):
+                trailing[last].append(arg)
+            else:
+                last = None
             i += 1
-    return kept, overrides
+    return kept, overrides, {k: v for k, v in trailing.items() if len(v) > 1}
+
+
+def _refuse_extra(prog: str, extra: Sequence[str], trailing: dict[str, list[str]]) -> NoReturn:
+    """Raise the one-line error for arguments no parser took: a list written with spaces is named as such."""
+    from contrastlab.train.dataconf import LIST_FORMS
+
+    for flag, values in trailing.items():
+        if any(x in values[1:] for x in extra):
+            raise UsageError(
+                f"{prog}: {flag} takes one value; {LIST_FORMS}: {flag} {','.join(values)} or "
+                f"{flag} '[{', '.join(values)}]', not values separated by spaces"
+            )
+    raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
 
 
 def _fields_help(cls: type) -> str:
-    from contrastlab.train.dataconf import describe_fields
+    from contrastlab.train.dataconf import LIST_FORMS, describe_fields
 
     rows = describe_fields(cls)
     width = max((len(n) for n, _, _ in rows), default=0)
     lines = [f"  {n:<{width}}  {doc} [default: {d}]" for n, d, doc in rows]
-    return "config fields (set in the file or override on the command line):\n" + "\n".join(lines)
+    return f"config fields (set in the file or override on the command line; {LIST_FORMS}):\n" + "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -464,11 +500,16 @@ def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
         summary = mine_pairs(cfg, args.out, engine=engine, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument
         raise UsageError(f"mine: {' '.join(str(e).split())}") from None
+    cap = (
+        ""
+        if cfg.max_probability is None
+        else f"; max_probability {cfg.max_probability:g} at temperature {cfg.temperature:g}"
+    )
     print(
         f"{summary['complete']} of {summary['anchors']} anchors kept {cfg.num_negatives} negatives; "
-        f"{summary['rows']} rows written ({cfg.output_format})"
+        f"{summary['rows']} rows written ({cfg.output_format}){cap}"
     )
-    print(f"written: {summary['out']}")
+    print(f"written: {summary['out']}\noptions: {summary['sidecar']}")
     return EXIT_OK
 
 
@@ -575,10 +616,17 @@ def _cmd_query(args: argparse.Namespace, rest: list[str]) -> int:
             model=args.model,
         )
     except ValueError as e:  # bad input: the store's files, the model, the address, the queries
-        raise UsageError(f"query: {' '.join(str(e).split())}") from None
+        msg = " ".join(str(e).split())
+        if msg.startswith("queries:"):
+            msg = f"--queries {args.queries}:{msg.removeprefix('queries:')}"
+        raise UsageError(f"query: {msg}") from None
     out: dict[str, Any] = {"ids": res.ids, "scores": res.scores}
     if log_z is not None:
         out["log_partition"] = log_z
+    # what was done to the queries: under cosine they were L2-normalised as the store's documents are
+    out["metric"] = args.metric
+    out["queries_normalised"] = args.metric == "cosine"
+    out["temperature"] = args.temperature
     if args.out is None:
         for i in range(min(10, res.ids.shape[0])):
             lz = "" if log_z is None else f"  log Z = {log_z[i]:.6f}"
@@ -815,11 +863,26 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("store", help="embedding store folder")
     p.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors of query embeddings")
     p.add_argument("-k", type=int, default=10, help="results per query")
-    p.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
-    p.add_argument("--temperature", type=float, default=None, help="also the corpus-wide log-partition at this τ")
+    p.add_argument(
+        "--metric",
+        choices=("cosine", "ip"),
+        default="cosine",
+        help="cosine (default): the queries are L2-normalised as the store's documents are, so raw model outputs "
+        "and unit vectors give the same results (results.json: queries_normalised); ip: used as given",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="also the corpus-wide log-partition at this τ (of the normalised queries under cosine)",
+    )
     p.add_argument("--exclude-self", action="store_true", help="queries are the store's rows 0..Q-1")
     p.add_argument("--model", default=None, help="refuse a store written by a model of another name")
-    p.add_argument("--out", default=None, help="results.json (ids, scores, log_partition); default: print")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="results.json (ids, scores, log_partition, metric, queries_normalised, temperature); default: print",
+    )
     from contrastlab.scale.cluster import add_engine_arguments
 
     add_engine_arguments(p)
@@ -841,8 +904,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser, subs = _build_parser()
         if argv and argv[0] in subs:
-            kept, rest = _split_overrides(subs[argv[0]], argv[1:])
-            args = parser.parse_args([argv[0], *kept])
+            kept, rest, trailing = _split_arguments(subs[argv[0]], argv[1:])
+            args, extra = parser.parse_known_args([argv[0], *kept])
+            if extra:
+                _refuse_extra(subs[argv[0]].prog, extra, trailing)
         else:
             args, rest = parser.parse_known_args(argv)
         if args.command is None:
