@@ -146,3 +146,16 @@ def test_task_audit_compress_runs_on_the_relevant_pairs(tiny: tuple[Path, Path],
     assert {(r["width"], r["storage"]) for r in rows} >= {(16, "float32"), (8, "float32"), (16, "int8")}
     assert all(r["metrics"]["recall@1"]["n"] == n_pairs for r in rows)
     assert (tmp_path / "z" / "compression.png").is_file()
+
+
+def test_a_task_without_relevant_documents_is_refused(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    model_dir, task_dir = tiny
+    root = tmp_path / "zero"
+    root.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (root / name).write_text((task_dir / name).read_text())
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tdoc1\t0\n")
+    with pytest.raises(ValueError, match="has a document of grade > 0"):
+        audit(_cfg(model_dir, root), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
