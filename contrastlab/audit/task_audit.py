@@ -114,7 +114,6 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     if Path(cfg.model).suffix == ".npy":
         raise ValueError("model: a task is audited with a text model (its texts are embedded), not a .npy")
     words = load_words(cfg, has_text_model=True)
-    encoder = load_model(cfg)
     q_keep = np.arange(len(task.query_ids))
     if 0 < cfg.max_queries < q_keep.size:
         q_keep = np.sort(rng.choice(q_keep, size=cfg.max_queries, replace=False))
@@ -151,7 +150,7 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     fold = np.array([_fold(q, cfg.seed) for q in task.query_ids], dtype=np.int64)
     return TaskInputs(
         task=task,
-        encoder=encoder,
+        encoder=load_model(cfg),  # last: every defect of the task fails before the model loads
         documents=docs,
         judged=judged,
         pair_query=pair_query,
