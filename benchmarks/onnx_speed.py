@@ -118,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# ONNX encode throughput: {args.model}, batch {args.batch}, {len(texts)} texts, "
           f"{args.max_seq_length} tokens, {args.repeats} rounds")  # fmt: skip
-    print(f"# CPU: {_cpu_model()}, {os.cpu_count()} logical cores; {machine().split(', ', 1)[1]}")
+    import onnxruntime
+
+    print(f"# CPU: {_cpu_model()}, {os.cpu_count()} logical cores; torch {torch.__version__}, "
+          f"onnxruntime {onnxruntime.__version__}")  # fmt: skip
     print(f"# threads: torch {torch.get_num_threads()} intra-op, onnxruntime {args.threads} intra-op and 1 inter-op, "
           f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}")  # fmt: skip
     print(f"# load average (1, 5, 15 min): {_load(load_before)} before, {_load(load_after)} after")

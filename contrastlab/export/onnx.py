@@ -21,6 +21,10 @@ on the values or sizes of its input (data-dependent control flow) would be expor
 export is therefore checked before it is moved into place: onnxruntime runs the written folder on a
 second batch of another size (and, for text, other lengths) and must reproduce PyTorch's embeddings.
 
+A text model is traced with eager attention and its graph then fused by onnxruntime's transformer optimizer
+(:mod:`contrastlab.export.optimize`); the fused graph is checked the same way, and if a fusion changed the
+embeddings the checked trace is kept instead (``onnx.json``'s ``fused`` is then ``{}``).
+
 Nothing is half-written: the folder is built beside ``out`` under a temporary name and renamed onto
 ``out`` only when the check has passed.
 """
