@@ -140,7 +140,7 @@ def embed_texts(model: nn.Module, texts: Sequence[str], prompt: str, rows: int =
 
     ``model`` is a text encoder, or a model whose ``encoder`` is one (the representation is embedded).
     """
-    text_encoder = getattr(model, "encoder", model)
+    text_encoder: Any = getattr(model, "encoder", model)  # a TransformerTextEncoder
     embed = text_encoder.embed_texts
     return torch.cat([embed([prompt + t for t in texts[i : i + rows]]).float() for i in range(0, len(texts), rows)])
 
