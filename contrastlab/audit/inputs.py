@@ -302,7 +302,7 @@ def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
     from contrastlab.export.runtime import OnnxTextEncoder, is_export_folder
 
     if is_export_folder(config.model):
-        return OnnxTextEncoder(config.model, max_seq_length=config.max_seq_length)
+        return OnnxTextEncoder(config.model, max_seq_length=config.max_seq_length or None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -331,7 +331,8 @@ def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
             f"model: cannot load {name!r} from disk ({first}); give a model folder, a contrastlab run, a .npy, "
             "or a name already in the local Hugging Face cache (nothing is downloaded)"
         ) from None
-    model.max_seq_length = config.max_seq_length
+    if config.max_seq_length:  # 0: the model's own
+        model.max_seq_length = config.max_seq_length
     model.eval()
     return TextEncoder(model, description)
 
@@ -345,7 +346,8 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
     with hf_progress_bars(config.progress):
         encoder, _, step = run_text_encoder(path, device=config.device)
     model = SentenceTransformer(modules=list(encoder.body), device=config.device)
-    model.max_seq_length = config.max_seq_length
+    if config.max_seq_length:  # 0: the model's own
+        model.max_seq_length = config.max_seq_length
     model.eval()
     return TextEncoder(model, f"{path} (contrastlab run, step {step})")
 
