@@ -9,6 +9,8 @@ corpus) by trec_eval's nDCG@10 (:mod:`contrastlab.search.graded`), and the per-q
 ``sampler − off`` (averaged over the seeds) is reported with its 95% percentile-bootstrap interval
 (:func:`contrastlab.eval.bootstrap.bootstrap_mean`, 10,000 resamples). The base model's score is given for
 reference. SciFact is CC BY-NC and is read from the shared folder; nothing of it is written to the repo.
+``benchmarks/scifact_finetune.py --with-off`` makes the same comparison through ``contrastlab audit --task`` and
+``contrastlab compare``; this script is the short one (no audit, nDCG@10 only, several seeds).
 
     python benchmarks/scifact_false_negatives.py                            # 1 epoch, batch 32, 256 tokens, seed 0
     python benchmarks/scifact_false_negatives.py --seeds 0 1 2 --out runs/scifact-fn
