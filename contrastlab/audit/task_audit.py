@@ -436,7 +436,7 @@ def audit_task(
 
     ``ray``: a connected Ray module or ``None`` (the caller's engine session).
     """
-    from contrastlab.audit.run import open_corpus
+    from contrastlab.audit.output import open_corpus
 
     started = _dt.datetime.now(_dt.timezone.utc)
     rng = np.random.default_rng(cfg.seed)
@@ -501,7 +501,7 @@ def _task_report(
 ) -> dict[str, Any]:
     """Report stage on a task: summary, tables, figures, ``results.json`` and ``mteb_results.json``."""
     import contrastlab
-    from contrastlab.audit.run import write_run_folder
+    from contrastlab.audit.output import write_run_folder
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()
@@ -638,9 +638,9 @@ def _task_report(
         metrics.update(claims["metrics"])
         tables.append(claims["table"])
     if found.compression is not None:
-        from contrastlab.audit.run import _compression_sentence
+        from contrastlab.audit.output import compression_sentence
 
-        summary = f"{summary} {_compression_sentence(found.compression)}"
+        summary = f"{summary} {compression_sentence(found.compression)}"
         tables.append(found.compression.table())
     identity = task_identity(task)
     results: dict[str, Any] = {
@@ -683,9 +683,9 @@ def _task_report(
             plot_tail_diagnostics(tails, stage / "tails.png", title=f"{title}: query → document negatives")
         plot_norms(found.norms, None, found.correct_top1, stage / "norms.png", title=title)
         if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
-            from contrastlab.audit.run import _plot_norm_claims
+            from contrastlab.audit.output import plot_claims
 
-            _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
+            plot_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [
