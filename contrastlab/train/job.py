@@ -41,6 +41,7 @@ from contrastlab.train.job_config import (
     loss_registry,
     loss_signature,
     takes_labels,
+    takes_teacher_scores,
 )
 from contrastlab.train.loss_parameters import LossParameters, attached_loss_parameters
 from contrastlab.train.matryoshka import MatryoshkaConfig
@@ -98,6 +99,10 @@ def check_job(config: JobConfig, source: DataSource) -> None:
         raise ConfigError("encoder.width does not apply to mlp; set encoder.hidden")
     if takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
         raise ConfigError(f"loss.name {config.loss.name!r} needs labels; data.name {data.name!r} gives none")
+    if takes_teacher_scores(loss_registry()[config.loss.name]) and "teacher_scores" not in source.eval_batch:
+        raise ConfigError(
+            f"loss.name {config.loss.name!r} distils a teacher's scores; data.name {data.name!r} gives none"
+        )
     neg = config.negatives
     if neg.kind == "queue":
         from contrastlab import distributed as cd
@@ -168,6 +173,7 @@ def call_loss(
     gather: bool = False,
     parameters: LossParameters | None = None,
     matryoshka: MatryoshkaConfig | None = None,
+    teacher_scores: Tensor | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
@@ -187,6 +193,8 @@ def call_loss(
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
         parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
         matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
+        teacher_scores: ``(N, 1 + K)`` a teacher's scores of each anchor's positive and negatives (the
+            distillation losses; passed by keyword, so matryoshka prefixes never truncate them).
 
     Returns:
         The scalar loss.
@@ -202,6 +210,10 @@ def call_loss(
     if "gather" in params:
         kwargs["gather"] = gather
     kwargs.update(config.options_for_call())
+    if "teacher_scores" in params:
+        if teacher_scores is None:
+            raise ValueError(f"teacher_scores must be given for loss {config.name!r}")
+        kwargs["teacher_scores"] = teacher_scores
     prefixes = matryoshka or MatryoshkaConfig()
 
     def loss(*args: Tensor) -> Tensor:
@@ -234,7 +246,7 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
-            parameters=parameters, matryoshka=config.matryoshka,
+            parameters=parameters, matryoshka=config.matryoshka, teacher_scores=batch.get("teacher_scores"),
         )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)

@@ -34,6 +34,7 @@ __all__ = [
     "loss_registry",
     "loss_signature",
     "takes_labels",
+    "takes_teacher_scores",
     "needs_negatives",
     "known_names",
     "PER_BATCH_TENSORS",
@@ -230,9 +231,10 @@ _SET_BY_JOB = (
 )
 """Loss arguments the job sets itself (from the config fields and the batch); never in ``loss.options``."""
 
-PER_BATCH_TENSORS = ("positive_mask", "weights", "beta_ema")
+PER_BATCH_TENSORS = ("positive_mask", "weights", "beta_ema", "teacher_scores")
 """Loss arguments that are tensors computed per batch or carried as training state, not hyperparameters:
-no config value sets them (``info_nce``'s ``positive_mask``/``weights``, ``weince``'s ``beta_ema``)."""
+no config value sets them (``info_nce``'s ``positive_mask``/``weights``, ``weince``'s ``beta_ema``, the
+distillation losses' ``teacher_scores``, which come with the batch)."""
 
 
 def loss_registry() -> Mapping[str, Callable[..., Any]]:
@@ -254,6 +256,11 @@ def loss_signature(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
 def takes_labels(fn: Callable[..., Any]) -> bool:
     """Whether the loss takes class labels (it is then called on the stacked views and their labels)."""
     return "labels" in loss_signature(fn)
+
+
+def takes_teacher_scores(fn: Callable[..., Any]) -> bool:
+    """Whether the loss distils a teacher's scores (``margin_mse``, ``distill_kl``): the batch must carry them."""
+    return "teacher_scores" in loss_signature(fn)
 
 
 def needs_negatives(fn: Callable[..., Any]) -> bool:
