@@ -367,6 +367,19 @@ def _describe_encoder(config: JobConfig) -> str:
     return f"{what} ({e.out_dim}-d embeddings){head}"
 
 
+def _tensorboard_log(config: JobConfig, model: nn.Module, out: Path) -> Any:
+    """A :class:`~contrastlab.train.tensorboard.TensorBoardLog` into ``out`` with the run's τ, if ``log.tensorboard``."""
+    if not config.log.tensorboard:
+        return None
+    from contrastlab.train.tensorboard import TensorBoardLog
+
+    def temperature() -> float:
+        learned = attached_loss_parameters(model)
+        return (learned.values() if learned is not None else {}).get("temperature", config.loss.temperature)
+
+    return TensorBoardLog(out, temperature)
+
+
 def run_job(
     config: JobConfig, out_dir: str | Path, *, resume: bool = False, write_results: bool = True
 ) -> dict[str, Any]:
@@ -408,10 +421,15 @@ def run_job(
         write_json_atomic(out / "config.json", cfg)
     eval_fn = make_eval_fn(config, source)
     objective, extra_state = make_objective(config, model)
-    result = fit(
-        model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
-        extra_state=extra_state,
-    )  # fmt: skip
+    board = _tensorboard_log(config, model, out) if is_main else None
+    try:
+        result = fit(
+            model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
+            extra_state=extra_state, on_row=board,
+        )  # fmt: skip
+    finally:
+        if board is not None:
+            board.close()
     final = result.final_eval
     last = result.history[-1] if result.history else {}
     metrics = {"train_loss": last.get("loss"), **{f"eval_{k}": v for k, v in final.items()}}

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, from_dict
 from contrastlab.train.matryoshka import MatryoshkaConfig
+from contrastlab.train.tensorboard import LogConfig
 
 __all__ = [
     "DataConfig",
@@ -426,6 +427,8 @@ class JobConfig:
     """loop: steps, seed, device, precision, optimiser and schedule, logging, checkpoints"""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """held-out evaluation"""
+    log: LogConfig = field(default_factory=LogConfig)
+    """where metrics go besides metrics.jsonl (TensorBoard)"""
     out: str | None = None
     """output folder (default runs/train-YYYYmmdd-HHMMSS; --out overrides)"""
 
