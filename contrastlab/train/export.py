@@ -5,7 +5,8 @@ sentence-transformers model — the transformer, the pooling and any dense layer
 ``Normalize`` left out (:mod:`contrastlab.models.text`). :func:`save_sentence_transformers` writes those
 modules as a sentence-transformers folder, so ``SentenceTransformer(folder).encode(texts)`` gives the
 embeddings of the contrastlab encoder (the representation: a projection head, if the run trained one,
-stays behind, as in SimCLR). The folder's similarity function is the one the loss used: ``cosine`` when
+stays behind, as in SimCLR; LoRA adapters are merged into the weights they adapt, so the folder loads
+without peft). The folder's similarity function is the one the loss used: ``cosine`` when
 the loss normalised the embeddings (``loss.normalize``), else ``dot``. ``contrastlab.json`` beside the
 model files says which run and step it came from.
 
@@ -69,7 +70,9 @@ def save_sentence_transformers(
         raise TypeError(f"encoder must be a text encoder (TransformerTextEncoder), got {type(text).__name__}")
     out = Path(folder)
     out.parent.mkdir(parents=True, exist_ok=True)
-    modules = [copy.deepcopy(m).cpu() for m in text.body]
+    from contrastlab.models.lora import merge_lora
+
+    modules = [merge_lora(copy.deepcopy(m).cpu()) for m in text.body]  # LoRA adapters folded into the weights
     model = SentenceTransformer(modules=modules, device="cpu", similarity_fn_name=_similarity(normalize))  # type: ignore[arg-type]
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -118,7 +121,10 @@ def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[Trans
     state = latest_checkpoint(run)
     if state is None:
         raise ValueError(f"run: {run} has no checkpoint")
+    from contrastlab.train.lora import LoRAConfig
+
     text = TEXT_ENCODERS[e["name"]](e.get("path"), int(e["max_seq_length"]))
+    LoRAConfig.from_run(e).apply(text)  # the run's adapters, if it trained any, before its weights load
     proj = int(e.get("proj_dim") or 0)
     model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
     model.load_state_dict(state["model"])

@@ -129,13 +129,15 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
     flattened when it is an image; a text encoder is ``TEXT_ENCODERS[name](path, max_seq_length)``
     (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
-    ``ENCODERS[name](C, H, out_dim, width)``. A loss with learnable parameters (``loss.learnable_temperature``,
+    ``ENCODERS[name](C, H, out_dim, width)``. With ``encoder.lora.r > 0`` the text model is frozen and LoRA
+    adapters on ``encoder.lora.targets`` train (:mod:`contrastlab.train.lora`). A loss with learnable parameters (``loss.learnable_temperature``,
     ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
     (:class:`~contrastlab.train.loss_parameters.LossParameters`), which ``forward`` does not read.
 
     Raises:
         contrastlab.train.ConfigError: a text model that cannot be loaded (missing folder, not a model,
-            output not a 2-D embedding) or whose dimension is not ``encoder.out_dim``.
+            output not a 2-D embedding) or whose dimension is not ``encoder.out_dim``; LoRA targets that
+            name no linear layer of it.
     """
     from contrastlab.models import MLP, ContrastiveModel, ProjectionHead
     from contrastlab.models.registry import build_encoder as build_image_encoder
@@ -150,7 +152,10 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
             raise ConfigError(f"encoder.{err}") from None
         if text.embed_dim != e.out_dim:
             raise ConfigError(f"encoder.out_dim must be {text.embed_dim}, the dimension of {e.name}, got {e.out_dim}")
-        model = text
+        try:
+            model = e.lora.apply(text)  # adapters on the frozen model (r > 0), seeded by train.seed
+        except ConfigError as err:
+            raise ConfigError(f"encoder.lora.{err}") from None
     elif e.name == "mlp":
         mlp = MLP(source.in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
         model = mlp if source.kind == "vectors" else nn.Sequential(nn.Flatten(), mlp)
@@ -380,6 +385,22 @@ def _tensorboard_log(config: JobConfig, model: nn.Module, out: Path) -> Any:
     return TensorBoardLog(out, temperature)
 
 
+def peak_memory(device: torch.device) -> dict[str, Any]:
+    """The run's peak memory: CUDA's peak allocated bytes on a GPU, else the process's peak resident set size.
+
+    Returns:
+        ``{"bytes": int, "what": str}`` (``what`` says which measure it is; the RSS includes everything the
+        process holds, data and libraries too).
+    """
+    if device.type == "cuda":
+        return {"bytes": int(torch.cuda.max_memory_allocated(device)), "what": "torch.cuda.max_memory_allocated"}
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "what": "process peak RSS (ru_maxrss)"}
+
+
 def run_job(
     config: JobConfig, out_dir: str | Path, *, resume: bool = False, write_results: bool = True
 ) -> dict[str, Any]:
@@ -441,9 +462,17 @@ def run_job(
         for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
         if key in final
     )
+    from contrastlab.models.lora import count_parameters
+
+    counts = count_parameters(result.model)
+    lora = config.encoder.lora
+    if lora.enabled:
+        nested_lora = f" with LoRA (r = {lora.r} on {', '.join(lora.targets)}: {counts['trainable']:,} of {counts['total']:,} parameters trained)"
+    else:
+        nested_lora = ""
     nested = f" over the prefixes {list(config.matryoshka.dims)}" if config.matryoshka.enabled else ""
     summary = (
-        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
+        f"Trained {_describe_encoder(config)}{nested_lora} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
         f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
         f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
@@ -465,6 +494,8 @@ def run_job(
         **({"data_provenance": source.provenance} if source.provenance is not None else {}),
         "version": contrastlab.__version__,
         "runtime_s": result.seconds,
+        "parameters": counts,
+        "peak_memory": peak_memory(next(result.model.parameters()).device),
         "resumed_from": result.resumed_from,
         "host": host_info(),
     }

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, from_dict
+from contrastlab.train.lora import LoRAConfig
 from contrastlab.train.matryoshka import MatryoshkaConfig
 from contrastlab.train.tensorboard import LogConfig
 
@@ -190,6 +191,8 @@ class EncoderConfig:
     Hugging Face transformers (config.json: mean pooling); nothing is downloaded"""
     max_seq_length: int = 128
     """text encoders: tokens per text (longer texts are truncated)"""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """text encoders: train low-rank adapters on the frozen model (r > 0; needs contrastlab[lora])"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -210,6 +213,10 @@ class EncoderConfig:
             )
         if self.max_seq_length < 1:
             raise ConfigError(f"max_seq_length must be >= 1, got {self.max_seq_length}")
+        if self.lora.enabled and self.name not in TEXT_ENCODERS:
+            raise ConfigError(
+                f"lora applies to the text encoders ({', '.join(sorted(TEXT_ENCODERS))}), got name {self.name!r}"
+            )
         if self.width is not None and (self.width < 1 or self.name == "mlp"):
             raise ConfigError(
                 f"width applies to the image encoders and must be >= 1, got {self.width} with name={self.name!r} "
