@@ -41,7 +41,7 @@ def _similarity(normalize: bool) -> str:
 
 
 def save_sentence_transformers(
-    encoder: nn.Module, folder: str | Path, *, normalize: bool, about: dict[str, Any]
+    encoder: nn.Module, folder: str | Path, *, normalize: bool, about: dict[str, Any], card: str | None = None
 ) -> Path:
     """Write a :class:`~contrastlab.models.text.TransformerTextEncoder` as a sentence-transformers folder.
 
@@ -53,6 +53,7 @@ def save_sentence_transformers(
         folder: the output folder.
         normalize: whether the training loss normalised the embeddings (the folder's similarity: cosine or dot).
         about: provenance written to ``contrastlab.json`` in the folder (the run, the step).
+        card: the model card written as the folder's ``README.md`` (:func:`contrastlab.train.model_card.model_card`).
 
     Returns:
         The folder.
@@ -62,7 +63,7 @@ def save_sentence_transformers(
     """
     from sentence_transformers import SentenceTransformer
 
-    from contrastlab.io import write_json_atomic
+    from contrastlab.io import write_json_atomic, write_text_atomic
     from contrastlab.models.text import TransformerTextEncoder, hf_progress_bars
 
     text = getattr(encoder, "encoder", encoder)
@@ -79,6 +80,8 @@ def save_sentence_transformers(
         with hf_progress_bars(False):  # transformers' "Writing model shards"
             model.save(str(stage), create_model_card=False)
         write_json_atomic(stage / "contrastlab.json", {**about, "similarity": _similarity(normalize)})
+        if card is not None:
+            write_text_atomic(stage / "README.md", card)
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
@@ -127,7 +130,8 @@ def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[Trans
     LoRAConfig.from_run(e).apply(text)  # the run's adapters, if it trained any, before its weights load
     proj = int(e.get("proj_dim") or 0)
     model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
-    model.load_state_dict(state["model"])
+    # a learnable τ or bias (``loss_parameters.*``) trained beside the encoder is no part of the text model
+    model.load_state_dict({k: v for k, v in state["model"].items() if not k.startswith("loss_parameters.")})
     text.to(device).eval()
     return text, cfg, int(state["step"])
 
@@ -142,6 +146,7 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"out: {out} exists and is not an empty folder")
     encoder, cfg, step = run_text_encoder(run_dir)
+    card = run_card(run_dir, cfg, step)
     loss = cfg.get("loss") or {}
     about = {
         "run": str(Path(run_dir).resolve()),
@@ -149,4 +154,18 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
         "encoder": cfg["encoder"]["name"],
         "loss": loss.get("name"),
     }
-    return save_sentence_transformers(encoder, out, normalize=bool(loss.get("normalize", True)), about=about)
+    return save_sentence_transformers(encoder, out, normalize=bool(loss.get("normalize", True)), about=about, card=card)
+
+
+def run_card(run_dir: str | Path, cfg: dict[str, Any], step: int) -> str:
+    """The model card of the run ``run_dir`` at ``step``, from its ``config.json`` and ``results.json``.
+
+    The held-out metrics are those of the results' evaluation table at exactly ``step`` (none when the run
+    has no results or did not evaluate at that step: the card then says no metric was measured).
+    """
+    from contrastlab.io import read_json_verified
+    from contrastlab.train.model_card import run_card_from_results
+
+    path = Path(run_dir) / "results.json"
+    results = read_json_verified(path) if path.is_file() else {}
+    return run_card_from_results(cfg, results, step)

@@ -505,6 +505,7 @@ def run_job(
 
     if write_results and is_main and config.encoder.name in TEXT_ENCODERS:  # the fine-tuned model leaves the run
         from contrastlab.train.export import MODEL_FOLDER, save_sentence_transformers
+        from contrastlab.train.model_card import run_card_from_results
 
         about = {
             "run": str(out.resolve()),
@@ -512,7 +513,10 @@ def run_job(
             "encoder": config.encoder.name,
             "loss": config.loss.name,
         }
-        save_sentence_transformers(model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about)
+        results["model_step"] = result.steps
+        results["learned"] = learned.values() if learned is not None else {}
+        card = run_card_from_results(cfg, results, result.steps)
+        save_sentence_transformers(model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about, card=card)
         results["model_folder"] = MODEL_FOLDER
     if write_results and is_main:
         import datetime as _dt

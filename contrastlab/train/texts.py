@@ -22,6 +22,7 @@ takes them as per-anchor negatives (``info_nce``, ``dcl``).
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -79,6 +80,10 @@ def _held_out(config: JobConfig) -> tuple[TextPairs, TextPairs, dict[str, Any]]:
     train = TextPairs(pairs.rows[:cut], pairs.columns, pairs.name)
     held = TextPairs(pairs.rows[cut:], pairs.columns, pairs.name)
     provenance = {"kind": "pairs file", "path": text.path, "rows": len(pairs), "columns": list(pairs.columns)}
+    if Path(text.path).is_file():  # the content hash a model card names (a saved dataset folder has none)
+        from contrastlab.io import sha256_file
+
+        provenance["sha256"] = sha256_file(text.path)
     return train, held, provenance
 
 
