@@ -1,0 +1,304 @@
+"""Graded retrieval metrics equal to trec_eval's, over ranked lists that hold unjudged documents.
+
+The measures are trec_eval's (version 9, as ``pytrec_eval`` runs it), named by its own strings, for one
+query with judgements ``grade(d)`` (an integer; unjudged documents count as 0), ``R`` the number of judged
+documents with grade ≥ 1, and the run's documents at ranks ``i = 1 … n``:
+
+- ``ndcg_cut.k``: ``DCG@k / IDCG@k``, ``DCG@k = Σ_{i ≤ k} max(grade_i, 0) / log2(i + 1)``, the ideal DCG of
+  the judged grades sorted in decreasing order (Järvelin & Kekäläinen 2002); 0 when ``R = 0``.
+- ``map_cut.k``: ``(1/R) Σ_{i ≤ k, grade_i ≥ 1} P@i``; 0 when ``R = 0``.
+- ``recall.k``: relevant documents in the top ``k`` over ``R``; 0 when ``R = 0``.
+- ``P.k``: relevant documents in the top ``k`` over ``k`` (also when fewer than ``k`` were retrieved).
+- ``recip_rank``: ``1 / rank`` of the first relevant document, 0 if none is retrieved.
+- ``mrr_cut.k`` (not a trec_eval name; MTEB's ``mrr_at_k``): ``recip_rank`` of the top ``k`` alone.
+
+**Order of equal scores.** trec_eval does not trust the run's order: it sorts each query's documents by
+score, decreasing, and equal scores by document id in *decreasing* ``strcmp`` order (its
+``comp_sim_docno``). :func:`rank_run` does the same (Python's string order is UTF-8's byte order), so a
+run whose float scores tie is scored exactly as trec_eval scores it.
+
+Everything is vectorised over queries: a run is an ``(Q, K)`` array of document positions (−1 where a
+query has fewer than ``K`` results) with its scores, and the judgements a :class:`Judgements` (CSR over
+queries). :func:`evaluate_run` takes and returns pytrec_eval's dictionaries, through the same arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Judgements",
+    "judgements",
+    "tie_keys",
+    "rank_run",
+    "graded_metrics",
+    "evaluate_run",
+    "parse_measure",
+    "MTEB_NAMES",
+    "mteb_name",
+]
+
+_MEASURE = re.compile(r"^(ndcg_cut|map_cut|recall|P|mrr_cut)\.([1-9][0-9]*)$|^(recip_rank)$")
+
+MTEB_NAMES = {
+    "ndcg_cut": "ndcg_at",
+    "map_cut": "map_at",
+    "recall": "recall_at",
+    "P": "precision_at",
+    "mrr_cut": "mrr_at",
+}
+"""trec_eval's measure → MTEB's results-JSON prefix (``ndcg_cut.10`` → ``ndcg_at_10``)."""
+
+
+def parse_measure(measure: str) -> tuple[str, int | None]:
+    """``"ndcg_cut.10"`` → ``("ndcg_cut", 10)``; ``"recip_rank"`` → ``("recip_rank", None)``.
+
+    Raises:
+        ValueError: not one of ``ndcg_cut.k``, ``map_cut.k``, ``recall.k``, ``P.k``, ``mrr_cut.k``, ``recip_rank``.
+    """
+    m = _MEASURE.match(measure) if isinstance(measure, str) else None
+    if m is None:
+        raise ValueError(
+            f"measures: unknown measure {measure!r}; known: ndcg_cut.k, map_cut.k, recall.k, P.k, mrr_cut.k "
+            "(k a positive integer) and recip_rank"
+        )
+    if m.group(3):
+        return "recip_rank", None
+    return m.group(1), int(m.group(2))
+
+
+def mteb_name(measure: str) -> str:
+    """MTEB's results-JSON key of a measure: ``ndcg_cut.10`` → ``ndcg_at_10``, ``recip_rank`` → ``mrr``."""
+    kind, k = parse_measure(measure)
+    return "mrr" if k is None else f"{MTEB_NAMES[kind]}_{k}"
+
+
+@dataclass(frozen=True)
+class Judgements:
+    """Graded judgements of ``Q`` queries over ``M`` documents, compressed by query (CSR).
+
+    Attributes:
+        indptr: ``(Q + 1,)`` query ``q``'s judgements are entries ``indptr[q] : indptr[q + 1]``.
+        doc: ``(J,)`` document positions in ``[0, M)``, increasing within a query.
+        grade: ``(J,)`` int64 grades (≤ 0: judged non-relevant).
+        num_documents: ``M``.
+    """
+
+    indptr: np.ndarray
+    doc: np.ndarray
+    grade: np.ndarray
+    num_documents: int
+
+    @property
+    def num_queries(self) -> int:
+        """``Q``."""
+        return int(self.indptr.size - 1)
+
+    def num_relevant(self) -> np.ndarray:
+        """``(Q,)`` judged documents with grade ≥ 1 per query (trec_eval's ``num_rel``)."""
+        counts = np.add.reduceat((self.grade >= 1).astype(np.int64), self.indptr[:-1]) if self.doc.size else None
+        out = np.zeros(self.num_queries, dtype=np.int64)
+        if counts is not None:
+            nonempty = np.diff(self.indptr) > 0
+            out[nonempty] = counts[nonempty]
+        return out
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """``(Q, K)`` grade of each retrieved document position (0 where unjudged or ``ids == −1``)."""
+        q_of = np.repeat(np.arange(self.num_queries, dtype=np.int64), np.diff(self.indptr))
+        keys = q_of * self.num_documents + self.doc  # increasing: queries in order, documents sorted within
+        wanted = np.arange(ids.shape[0], dtype=np.int64)[:, None] * self.num_documents + ids
+        pos = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
+        found = (ids >= 0) & (keys[pos] == wanted) if keys.size else np.zeros(ids.shape, dtype=bool)
+        return np.where(found, self.grade[pos] if keys.size else 0, 0)
+
+    def ideal(self, depth: int) -> np.ndarray:
+        """``(Q, depth)`` each query's positive grades sorted decreasing, zero-padded: the ideal ranking's gains."""
+        out = np.zeros((self.num_queries, depth), dtype=np.float64)
+        q_of = np.repeat(np.arange(self.num_queries, dtype=np.int64), np.diff(self.indptr))
+        gain = np.maximum(self.grade, 0)
+        order = np.lexsort((-gain, q_of))
+        rank = np.arange(order.size) - self.indptr[q_of[order]]
+        keep = rank < depth
+        out[q_of[order][keep], rank[keep]] = gain[order][keep]
+        return out
+
+
+def judgements(qrels: Mapping[str, Mapping[str, int]], query_ids: Sequence[str], doc_ids: Sequence[str]) -> Judgements:
+    """The judgements of ``query_ids`` (in that order) as arrays over the positions of ``doc_ids``.
+
+    Judged documents missing from ``doc_ids`` are kept out of the arrays but still count in ``R`` only if
+    they are in ``doc_ids``: pass every document of the corpus.
+
+    Raises:
+        ValueError: a query of ``query_ids`` without judgements, a judged document not in ``doc_ids``, or a
+            non-integer grade.
+    """
+    pos = {d: i for i, d in enumerate(doc_ids)}
+    indptr = [0]
+    docs: list[int] = []
+    grades: list[int] = []
+    for q in query_ids:
+        if q not in qrels:
+            raise ValueError(f"qrels: query {q!r} has no judgements")
+        row = []
+        for d, g in qrels[q].items():
+            if d not in pos:
+                raise ValueError(f"qrels: query {q!r} judges document {d!r}, which is not in the corpus")
+            if isinstance(g, bool) or not isinstance(g, (int, np.integer)):
+                raise ValueError(f"qrels: grade of ({q!r}, {d!r}) must be an int, got {g!r}")
+            row.append((pos[d], int(g)))
+        row.sort()
+        docs.extend(r[0] for r in row)
+        grades.extend(r[1] for r in row)
+        indptr.append(len(docs))
+    return Judgements(
+        indptr=np.asarray(indptr, dtype=np.int64),
+        doc=np.asarray(docs, dtype=np.int64),
+        grade=np.asarray(grades, dtype=np.int64),
+        num_documents=len(doc_ids),
+    )
+
+
+def tie_keys(doc_ids: Sequence[str]) -> np.ndarray:
+    """``(M,)`` int64: sorting by it ascending orders documents by id *decreasing*, as trec_eval breaks ties."""
+    order = sorted(range(len(doc_ids)), key=doc_ids.__getitem__, reverse=True)
+    keys = np.empty(len(doc_ids), dtype=np.int64)
+    keys[np.asarray(order, dtype=np.int64)] = np.arange(len(doc_ids), dtype=np.int64)
+    return keys
+
+
+def rank_run(ids: np.ndarray, scores: np.ndarray, ties: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's results in trec_eval's order: score decreasing, equal scores by document id decreasing.
+
+    Args:
+        ids: ``(Q, K)`` document positions, −1 for an empty slot (sorted last).
+        scores: ``(Q, K)`` their scores (float; an empty slot's score is ignored).
+        ties: ``(M,)`` :func:`tie_keys` of the corpus.
+
+    Returns:
+        ``(ids, scores)`` reordered, ``(Q, K)`` each.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if ids.shape != scores.shape or ids.ndim != 2:
+        raise ValueError(f"ids and scores must have the same (Q, K) shape, got {ids.shape} and {scores.shape}")
+    if ((ids < -1) | (ids >= ties.size)).any():
+        raise ValueError(f"ids must be document positions in [0, {ties.size}) or -1")
+    empty = ids < 0
+    key = np.where(empty, ties.size, np.asarray(ties)[np.where(empty, 0, ids)])
+    neg = np.where(empty, np.inf, -scores)
+    if np.isnan(neg).any():
+        raise ValueError("scores must not be NaN")
+    order = np.lexsort((key, neg), axis=-1)
+    return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)
+
+
+def graded_metrics(
+    ids: np.ndarray,
+    judged: Judgements,
+    measures: Sequence[str],
+    *,
+    scores: np.ndarray | None = None,
+    ties: np.ndarray | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-query trec_eval measures of a run.
+
+    Args:
+        ids: ``(Q, K)`` retrieved document positions, rank order (or any order, with ``scores`` and ``ties``),
+            −1 for an empty slot; row ``q`` is query ``q`` of ``judged``.
+        judged: the judgements (:func:`judgements`).
+        measures: trec_eval names (:func:`parse_measure`), e.g. ``["ndcg_cut.10", "map_cut.100", "recall.100"]``.
+        scores: ``(Q, K)`` scores: with ``ties``, the run is first put in trec_eval's order (:func:`rank_run`).
+        ties: ``(M,)`` :func:`tie_keys` of the corpus.
+
+    Returns:
+        trec_eval's output key (``ndcg_cut_10``, ``recip_rank``, …) → ``(Q,)`` float64.
+
+    Raises:
+        ValueError: an unknown measure, ``ids`` not ``(Q, K)`` with ``Q`` the judged queries, or only one of
+            ``scores`` and ``ties``.
+    """
+    parsed = [parse_measure(m) for m in measures]
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] != judged.num_queries:
+        raise ValueError(f"ids must have shape (Q = {judged.num_queries}, K), got {ids.shape}")
+    if (scores is None) != (ties is None):
+        raise ValueError("scores and ties come together (the run is then sorted as trec_eval sorts it)")
+    if scores is not None and ties is not None:
+        ids, _ = rank_run(ids, scores, ties)
+    q, n = ids.shape
+    grade = judged.lookup(ids).astype(np.float64)  # (Q, K)
+    rel = grade >= 1
+    n_rel = judged.num_relevant().astype(np.float64)
+    has_rel = n_rel > 0
+    safe_rel = np.where(has_rel, n_rel, 1.0)
+    depth = max([k for _, k in parsed if k is not None] + [1])
+    cols = min(depth, n)
+    hits = np.cumsum(rel[:, :cols], axis=1)  # (Q, cols) relevant within the top i
+    rank = np.arange(1, cols + 1, dtype=np.float64)
+    out: dict[str, np.ndarray] = {}
+    dcg = idcg = None
+    for kind, k in parsed:
+        name = kind if k is None else f"{kind}_{k}"
+        c = None if k is None else min(k, n)  # a cut-off beyond the run: everything retrieved
+        if kind == "ndcg_cut":
+            assert k is not None and c is not None
+            if dcg is None:
+                disc = 1.0 / np.log2(np.arange(2, depth + 2, dtype=np.float64))
+                dcg = np.cumsum(np.maximum(grade[:, :cols], 0) * disc[:cols], axis=1)
+                idcg = np.cumsum(judged.ideal(depth) * disc, axis=1)
+            assert idcg is not None
+            top = dcg[:, c - 1] if c > 0 else np.zeros(q)
+            ideal = idcg[:, k - 1]
+            out[name] = np.where(ideal > 0, top / np.where(ideal > 0, ideal, 1.0), 0.0)
+        elif kind == "map_cut":
+            assert c is not None
+            prec = np.where(rel[:, :c], hits[:, :c] / rank[:c], 0.0)
+            out[name] = np.where(has_rel, prec.sum(axis=1) / safe_rel, 0.0)
+        elif kind == "recall":
+            assert c is not None
+            found = hits[:, c - 1] if c > 0 else np.zeros(q)
+            out[name] = np.where(has_rel, found / safe_rel, 0.0)
+        elif kind == "P":
+            assert k is not None and c is not None
+            out[name] = (hits[:, c - 1] if c > 0 else np.zeros(q)) / k
+        else:  # recip_rank over the whole run, or mrr_cut over its top k
+            limit = n if k is None else min(k, n)
+            first = np.argmax(rel[:, :limit], axis=1) if limit > 0 else np.zeros(q, dtype=np.int64)
+            any_rel = rel[:, :limit].any(axis=1) if limit > 0 else np.zeros(q, dtype=bool)
+            out[name] = np.where(any_rel, 1.0 / (first + 1.0), 0.0)
+    return out
+
+
+def evaluate_run(
+    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], measures: Sequence[str]
+) -> dict[str, dict[str, float]]:
+    """pytrec_eval's ``RelevanceEvaluator(qrels, measures).evaluate(run)``, computed by :func:`graded_metrics`.
+
+    Queries of ``run`` without judgements are left out, as trec_eval leaves them out; a judged query absent
+    from ``run`` is absent from the output too. Documents of the run that no query judges are unjudged.
+
+    Returns:
+        query id → trec_eval output key → value.
+    """
+    queries = [q for q in run if q in qrels]
+    doc_ids = sorted({d for q in queries for d in qrels[q]} | {d for q in queries for d in run[q]})
+    pos = {d: i for i, d in enumerate(doc_ids)}
+    width = max((len(run[q]) for q in queries), default=0)
+    ids = np.full((len(queries), width), -1, dtype=np.int64)
+    scores = np.zeros((len(queries), width), dtype=np.float64)
+    for i, q in enumerate(queries):
+        row = run[q]
+        ids[i, : len(row)] = [pos[d] for d in row]
+        scores[i, : len(row)] = [float(s) for s in row.values()]
+        if not all(math.isfinite(s) for s in scores[i, : len(row)]):
+            raise ValueError(f"run: query {q!r} has a score that is not finite")
+    judged = judgements(qrels, queries, doc_ids)
+    per = graded_metrics(ids, judged, measures, scores=scores, ties=tie_keys(doc_ids))
+    return {q: {name: float(v[i]) for name, v in per.items()} for i, q in enumerate(queries)}
