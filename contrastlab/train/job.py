@@ -99,9 +99,16 @@ def check_job(config: JobConfig, source: DataSource) -> None:
         raise ConfigError("encoder.width does not apply to mlp; set encoder.hidden")
     if takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
         raise ConfigError(f"loss.name {config.loss.name!r} needs labels; data.name {data.name!r} gives none")
-    if takes_teacher_scores(loss_registry()[config.loss.name]) and "teacher_scores" not in source.eval_batch:
+    distils = takes_teacher_scores(loss_registry()[config.loss.name])
+    if distils and not source.teacher_scores:
         raise ConfigError(
-            f"loss.name {config.loss.name!r} distils a teacher's scores; data.name {data.name!r} gives none"
+            f"loss.name {config.loss.name!r} distils a teacher's scores; data.name {data.name!r} gives none "
+            "(data.text.teacher_scores: the file contrastlab mine --teacher writes)"
+        )
+    if source.teacher_scores and not distils:
+        raise ConfigError(
+            f"data.text.teacher_scores is set, but loss.name {config.loss.name!r} does not distil a teacher's "
+            "scores (margin_mse, distill_kl)"
         )
     neg = config.negatives
     if neg.kind == "queue":
@@ -304,7 +311,8 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     """Held-out metrics: loss, alignment, uniformity; with latents the linear R²; with labels a linear probe.
 
     The loss is the mean over consecutive held-out chunks of ``data.batch_size`` pairs with in-batch
-    negatives, so it is comparable with the training loss (same number of negatives).
+    negatives, so it is comparable with the training loss (same number of negatives); a distillation loss
+    has no held-out value (the held-out pairs carry no teacher scores).
 
     Alignment and uniformity follow Wang & Isola (2020, arXiv 2005.10242), eqs. 4–5 (α = 2, t = 2) on the
     loss's embeddings. ``latent_r2`` is the linear-identifiability score of Zimmermann et al. (2021,
@@ -319,6 +327,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
 
     held_out = source.eval_batch
     b = min(config.data.batch_size, held_out["anchor"].shape[0])
+    distils = takes_teacher_scores(loss_registry()[config.loss.name])  # held-out pairs carry no teacher scores
 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
@@ -338,12 +347,10 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
+            if not distils
         ]
-        out = {
-            "loss": sum(chunk_losses) / len(chunk_losses),
-            "alignment": float(alignment(a, p)),
-            "uniformity": float(uniformity(a)),
-        }
+        out = {"loss": sum(chunk_losses) / len(chunk_losses)} if chunk_losses else {}
+        out.update({"alignment": float(alignment(a, p)), "uniformity": float(uniformity(a))})
         if "latent" in held_out:
             rep = a if represent is model else embed_rows(represent, held_out["anchor"], device, b)
             rep = torch.nn.functional.normalize(rep, dim=1) if config.loss.normalize else rep

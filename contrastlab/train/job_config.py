@@ -88,6 +88,9 @@ class TextDataConfig:
     """the split of a saved DatasetDict"""
     sources: tuple[str, ...] = ("stdlib",)
     """code corpus: where its docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
+    teacher_scores: str | None = None
+    """a teacher's scores of each row's positive and negatives, as `contrastlab mine --teacher` writes them
+    (PAIRS.teacher.jsonl), for the distillation losses margin_mse and distill_kl"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -96,6 +99,8 @@ class TextDataConfig:
         unknown = [s for s in self.sources if s not in CODE_SOURCES]
         if not self.sources or unknown or len(set(self.sources)) != len(self.sources):
             raise ConfigError(f"sources must be distinct names of {', '.join(CODE_SOURCES)}, got {list(self.sources)}")
+        if self.teacher_scores is not None and self.path is None:
+            raise ConfigError("teacher_scores needs path: the pairs file whose rows the teacher scored")
 
 
 @dataclass(frozen=True)
@@ -454,7 +459,8 @@ class JobConfig:
             raise ConfigError(
                 f"negatives.kind={self.negatives.kind!r} needs a loss that takes negatives; {self.loss.name} does not"
             )
-        if self.negatives.kind == "in_batch" and needs_negatives(fn):
+        # a distillation loss takes the negatives its teacher scored: a pairs file's columns (checked by the runner)
+        if self.negatives.kind == "in_batch" and needs_negatives(fn) and not takes_teacher_scores(fn):
             raise ConfigError(
                 f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
             )

@@ -100,7 +100,15 @@ def build_texts(config: JobConfig) -> DataSource:
     if batch_size > len(train):
         raise ConfigError(f"data.batch_size ({batch_size}) exceeds the {len(train)} training pairs of {train.name}")
     k = train.num_negatives
-    if k and config.loss.name not in NEGATIVE_LOSSES:
+    scores = _teacher_scores(config, train, held)
+    from contrastlab.train.job_config import loss_registry, takes_teacher_scores
+
+    if k and scores is None and takes_teacher_scores(loss_registry()[config.loss.name]):
+        raise ConfigError(
+            f"loss.name {config.loss.name!r} distils a teacher's scores of the {k} negative column(s); set "
+            "data.text.teacher_scores (the file contrastlab mine --teacher writes)"
+        )
+    if k and config.loss.name not in NEGATIVE_LOSSES and scores is None:
         raise ConfigError(
             f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
             f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
@@ -121,6 +129,8 @@ def build_texts(config: JobConfig) -> DataSource:
         }
         if negatives:
             batch["negatives"] = codes[2 * n :].view(n, negatives, codes.shape[1])  # (n, K, L)
+            if scores is not None and pairs is train:
+                batch["teacher_scores"] = scores[idx]  # (n, 1 + K)
         return batch
 
     def batch_at(step: int) -> dict[str, Tensor]:
@@ -134,4 +144,24 @@ def build_texts(config: JobConfig) -> DataSource:
         num_classes=len(train) + len(held),
         provenance=provenance,
         train_size=len(train),
+        teacher_scores=scores is not None,
     )
+
+
+def _teacher_scores(config: JobConfig, train: TextPairs, held: TextPairs) -> Tensor | None:
+    """The training rows' teacher scores ``(R, 1 + K)`` from ``data.text.teacher_scores``, checked against the file.
+
+    Raises:
+        contrastlab.train.ConfigError: naming ``data.text.teacher_scores`` (scores of another pairs file, a
+            count or id that does not match, a file without negative columns).
+    """
+    path = config.data.text.teacher_scores
+    if path is None:
+        return None
+    from contrastlab.train.teacher_scores import read_teacher_scores
+
+    try:
+        scores = read_teacher_scores(path, [*train.rows, *held.rows])
+    except ValueError as e:
+        raise ConfigError(f"data.text.teacher_scores: {e}") from None
+    return torch.from_numpy(scores[: len(train)])
