@@ -6,7 +6,11 @@ Stages (each writes under ``--work``, a folder outside the repository: SciFact i
   corpus), to check the model against its published value before it is trusted as a teacher;
 * ``pairs`` — the train part of ``holdout(task, 0.2, seed=0)`` as (query, relevant document) rows,
   ``WORK/train_pairs.jsonl``; then mine it with ``contrastlab mine --teacher`` (the command is printed);
-* ``eval RUN_OR_MODEL...`` — nDCG@10 of each model on the dev part (its queries against the whole corpus),
+* ``configs`` — the two ``contrastlab train`` jobs at one budget (one epoch of the mined rows, batch 32,
+  max_seq_length 256, AdamW 2e-5, seed 0): ``WORK/infonce.yaml`` (InfoNCE, τ = 0.05, the mined negatives as
+  per-anchor hard negatives) and ``WORK/marginmse.yaml`` (MarginMSE on the teacher's cosine scores, cosine
+  student at τ = 1);
+* ``eval NAME=MODEL...`` — nDCG@10 of each model on the dev part (its queries against the whole corpus),
   per query, saved as ``WORK/dev_<name>.npy``;
 * ``compare A B`` — the paired bootstrap of the mean nDCG@10 difference B − A over the dev queries.
 
@@ -70,7 +74,7 @@ def _corpus_embeddings(work: Path, name: str, model: str, task, max_seq_length: 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["teacher", "pairs", "eval", "compare"])
+    ap.add_argument("stage", choices=["teacher", "pairs", "configs", "eval", "compare"])
     ap.add_argument("models", nargs="*", help="eval: name=model-folder ...; compare: name_a name_b")
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--teacher", default="/work/models/all-mpnet-base-v2")
@@ -94,10 +98,41 @@ def main() -> None:
         out = args.work / "train_pairs.jsonl"
         out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
         print(f"{len(rows)} pairs of {len(task.query_ids)} train-part queries: {out}")
+    elif args.stage == "configs":
+        import math
+
+        from contrastlab.data.text_pairs import read_text_pairs
+        from contrastlab.train.dataconf import dump_config, from_dict
+        from contrastlab.train.job_config import JobConfig
+        from contrastlab.train.teacher_scores import scores_path
+
+        mined = args.work / "mined.jsonl"
+        rows, eval_n, batch = len(read_text_pairs(mined)), 2, 32
+        common = {
+            "encoder": {"name": "minilm", "out_dim": 384, "max_seq_length": args.max_seq_length},
+            "train": {"steps": math.ceil((rows - eval_n) / batch), "seed": 0, "log_every": 1,
+                      "optim": {"name": "adamw", "lr": 2e-5, "warmup_steps": 2}},
+            "eval": {"n": eval_n},
+        }  # fmt: skip
+        jobs = {
+            "infonce": {"data": {"name": "text", "batch_size": batch, "text": {"path": str(mined)}},
+                        "loss": {"name": "info_nce", "temperature": 0.05}},
+            "marginmse": {"data": {"name": "text", "batch_size": batch,
+                                   "text": {"path": str(mined), "teacher_scores": str(scores_path(mined))}},
+                          "loss": {"name": "margin_mse", "normalize": True, "temperature": 1.0}},
+        }  # fmt: skip
+        for name, job in jobs.items():
+            cfg = from_dict(JobConfig, {**common, **job})  # checked here, before a run starts
+            dump_config(cfg, args.work / f"{name}.yaml")
+            print(f"{args.work / f'{name}.yaml'}: {cfg.train.steps} steps of {batch} ({rows} mined rows)")
     elif args.stage == "eval":
         task = _task("dev")
         for spec in args.models:
             name, model = spec.split("=", 1)
+            if model == "minilm":
+                from contrastlab.models.text import bundled_minilm_path
+
+                model = bundled_minilm_path()
             d = _corpus_embeddings(args.work, name, model, task, args.max_seq_length)
             q = _encode(model, list(task.query_texts), args.max_seq_length)
             per = _ndcg10(task, q, d)
