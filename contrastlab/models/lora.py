@@ -53,7 +53,13 @@ def apply_lora(model: nn.Module, *, r: int, alpha: float, dropout: float, target
         )
     import peft
 
-    config = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets), bias="none")
+    config = peft.LoraConfig(
+        r=r,
+        lora_alpha=alpha,  # type: ignore[arg-type]  # annotated int; peft computes the scale α/r in float
+        lora_dropout=dropout,
+        target_modules=list(targets),
+        bias="none",
+    )
     peft.inject_adapter_in_model(config, model)
     for name, p in model.named_parameters():
         p.requires_grad_("lora_" in name)
