@@ -132,3 +132,17 @@ def test_scores_that_do_not_fit_are_one_line_naming_the_field(mined, tmp_path: P
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and needle in err and detail in err, err
         assert not (tmp_path / "run").exists()
+
+
+def test_mine_with_a_teacher_that_does_not_load_writes_nothing(mined, tmp_path: Path, capsys) -> None:
+    bert, out = mined
+    pairs = out.parent / "pairs.tsv"
+    target = tmp_path / "again.tsv"
+    argv = ["mine", str(bert), "--pairs", str(pairs), "--out", str(target), "--quiet", "--num_negatives", "2"]
+    capsys.readouterr()
+    assert cli.main([*argv, "--teacher", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mine: teacher: "), err
+    assert not target.exists() and not scores_path(target).exists()
+    assert cli.main([*argv, "--teacher", str(bert), "--output_format", "triplet"]) == 2
+    assert "teacher must be a model (not .npy) and output_format n-tuple" in capsys.readouterr().err
