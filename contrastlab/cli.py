@@ -1,4 +1,4 @@
-"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | encode | query | mine | data | search``.
+"""The ``contrastlab`` command: ``train | eval | export | run | report | audit | compare | encode | query | mine | data | search``.
 
 Exit codes scripts can rely on: 0 success, 1 runtime failure, 2 usage error (bad argument, unknown
 field, missing file or data set, unusable checkpoint), 130 interrupted by Ctrl-C (after the checkpoint is written). A user mistake
@@ -50,9 +50,23 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
     Raises:
         UsageError: an override without a value (the end of the line, or another ``--option`` next).
     """
+    kept, overrides, _ = _split_arguments(parser, argv)
+    return kept, overrides
+
+
+def _split_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> tuple[list[str], list[str], dict[str, list[str]]]:
+    """:func:`_split_overrides`, and the bare arguments that follow each override's value.
+
+    The third item maps ``--name`` to its value then the bare arguments written right after it (before the
+    next option): ``--generators linear monomial`` gives ``{"--generators": ["linear", "monomial"]}``.
+    """
     known = parser._option_string_actions
     kept: list[str] = []
     overrides: list[str] = []
+    trailing: dict[str, list[str]] = {}
+    last: str | None = None  # the override whose value was the previous argument
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -61,9 +75,12 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
             takes_value = known[name].nargs != 0 and "=" not in arg
             kept.extend(argv[i : i + 2] if takes_value else argv[i : i + 1])
             i += 2 if takes_value else 1
+            last = None
         elif arg.startswith("--") and len(arg) > 2:
             if "=" in arg:
                 overrides.append(arg)
+                last = name
+                trailing[name] = [arg.split("=", 1)[1]]
                 i += 1
                 continue
             value = argv[i + 1] if i + 1 < len(argv) else None
@@ -71,20 +88,39 @@ def _split_overrides(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tu
                 after = "" if value is None else f" (got the option {value})"
                 raise UsageError(f"{parser.prog}: {arg} needs a value{after}")
             overrides.extend((arg, value))
+            last = arg
+            trailing[arg] = [value]
             i += 2
         else:
             kept.append(arg)
+            if last is not None and not arg.startswith("-"):
+                trailing[last].append(arg)
+            else:
+                last = None
             i += 1
-    return kept, overrides
+    return kept, overrides, {k: v for k, v in trailing.items() if len(v) > 1}
+
+
+def _refuse_extra(prog: str, extra: Sequence[str], trailing: dict[str, list[str]]) -> NoReturn:
+    """Raise the one-line error for arguments no parser took: a list written with spaces is named as such."""
+    from contrastlab.train.dataconf import LIST_FORMS
+
+    for flag, values in trailing.items():
+        if any(x in values[1:] for x in extra):
+            raise UsageError(
+                f"{prog}: {flag} takes one value; {LIST_FORMS}: {flag} {','.join(values)} or "
+                f"{flag} '[{', '.join(values)}]', not values separated by spaces"
+            )
+    raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
 
 
 def _fields_help(cls: type) -> str:
-    from contrastlab.train.dataconf import describe_fields
+    from contrastlab.train.dataconf import LIST_FORMS, describe_fields
 
     rows = describe_fields(cls)
     width = max((len(n) for n, _, _ in rows), default=0)
     lines = [f"  {n:<{width}}  {doc} [default: {d}]" for n, d, doc in rows]
-    return "config fields (set in the file or override on the command line):\n" + "\n".join(lines)
+    return f"config fields (set in the file or override on the command line; {LIST_FORMS}):\n" + "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------- train
@@ -335,6 +371,10 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["model"] = args.model
     if args.pairs is not None:
         overrides["pairs"] = args.pairs
+    if args.task is not None:
+        overrides["task"] = args.task
+    if args.split is not None:  # the task's qrels split; without a task, the code corpus's split
+        overrides["task_split" if args.task is not None else "split"] = args.split
     if args.quiet:
         overrides["progress"] = False
     if args.compress:
@@ -345,6 +385,32 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument, file and line
         raise UsageError(f"audit: {' '.join(str(e).split())}") from None
+    from rich.console import Console
+
+    from contrastlab.experiments.demo import _print_table
+
+    console = Console()
+    for table in results["tables"]:
+        _print_table(console, table)
+    console.print(results["summary"])
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------- compare
+
+
+def _cmd_compare(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.audit.compare import CompareConfig, compare
+    from contrastlab.experiments import default_out_dir
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    try:
+        cfg = apply_overrides(CompareConfig(), dict(parse_overrides(rest)))
+        out = Path(args.out) if args.out else default_out_dir("compare")
+        results = compare(args.models, out, cfg)
+    except ValueError as e:  # bad input: the message names the argument or file
+        raise UsageError(f"compare: {' '.join(str(e).split())}") from None
     from rich.console import Console
 
     from contrastlab.experiments.demo import _print_table
@@ -390,7 +456,7 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         result = encode_corpus(
             corpus,
-            TextModelSource(args.model, max_seq_length=args.max_seq_length),
+            TextModelSource(args.model, max_seq_length=args.max_seq_length, prompt=args.prompt),
             args.out,
             engine=engine,
             shard_rows=args.shard_rows,
@@ -434,11 +500,16 @@ def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
         summary = mine_pairs(cfg, args.out, engine=engine, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument
         raise UsageError(f"mine: {' '.join(str(e).split())}") from None
+    cap = (
+        ""
+        if cfg.max_probability is None
+        else f"; max_probability {cfg.max_probability:g} at temperature {cfg.temperature:g}"
+    )
     print(
         f"{summary['complete']} of {summary['anchors']} anchors kept {cfg.num_negatives} negatives; "
-        f"{summary['rows']} rows written ({cfg.output_format})"
+        f"{summary['rows']} rows written ({cfg.output_format}){cap}"
     )
-    print(f"written: {summary['out']}")
+    print(f"written: {summary['out']}\noptions: {summary['sidecar']}")
     return EXIT_OK
 
 
@@ -471,12 +542,27 @@ def _dataset_table(root: Path) -> list[tuple[str, str, list[str], bool | None]]:
     return rows
 
 
+def _task_table(root: Path) -> list[tuple[Path, list[str]]]:
+    """BEIR-layout tasks at ``root`` or one or two folders below it, with their qrels splits."""
+    from contrastlab.tasks import beir_splits, is_beir_task
+
+    if not root.is_dir():
+        return []
+    found = [root, *sorted(root.glob("*/")), *sorted(root.glob("*/*/"))]
+    return [(p, beir_splits(p)) for p in found if p.is_dir() and is_beir_task(p)]
+
+
 def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         raise UsageError(f"data: unexpected arguments {' '.join(rest)}")
     root = Path(args.root) if args.root else Path(os.environ.get("CONTRASTLAB_DATA", "data"))
     rows = _dataset_table(root)
     print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; nothing is downloaded)")
+    tasks = _task_table(root)
+    if tasks and args.name is None:
+        print("\nretrieval tasks (BEIR layout; contrastlab audit MODEL --task DIR --split SPLIT):")
+        for path, splits in tasks:
+            print(f"    {path}   splits: {', '.join(splits)}")
     known = {r[0] for r in rows}
     if args.name is not None and args.name not in known:
         raise UsageError(f"data: unknown dataset {args.name!r}; known: {', '.join(sorted(known)) or '(none)'}")
@@ -530,10 +616,17 @@ def _cmd_query(args: argparse.Namespace, rest: list[str]) -> int:
             model=args.model,
         )
     except ValueError as e:  # bad input: the store's files, the model, the address, the queries
-        raise UsageError(f"query: {' '.join(str(e).split())}") from None
+        msg = " ".join(str(e).split())
+        if msg.startswith("queries:"):
+            msg = f"--queries {args.queries}:{msg.removeprefix('queries:')}"
+        raise UsageError(f"query: {msg}") from None
     out: dict[str, Any] = {"ids": res.ids, "scores": res.scores}
     if log_z is not None:
         out["log_partition"] = log_z
+    # what was done to the queries: under cosine they were L2-normalised as the store's documents are
+    out["metric"] = args.metric
+    out["queries_normalised"] = args.metric == "cosine"
+    out["temperature"] = args.temperature
     if args.out is None:
         for i in range(min(10, res.ids.shape[0])):
             lz = "" if log_z is None else f"  log Z = {log_z[i]:.6f}"
@@ -643,6 +736,13 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab run folder, or a .npy",
     )
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
+    p.add_argument(
+        "--task",
+        metavar="DIR",
+        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv): graded nDCG, MAP, "
+        "recall, precision and MRR as MTEB computes them, with intervals; also writes mteb_results.json",
+    )
+    p.add_argument("--split", help="with --task: the qrels split audited (default test)")
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
     p.add_argument("--quick", action="store_true", help="200 queries against 2,000 documents, 64 tokens per text")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -659,6 +759,22 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "--shards", type=int, default=None, help="document shards (default: 1 locally, one per Ray node with Ray)"
     )
     subs["audit"] = p
+
+    from contrastlab.audit.compare import CompareConfig
+
+    p = sub.add_parser(
+        "compare",
+        help="paired comparison of audits on the same task(s): differences, intervals, randomisation tests",
+        description="Compare models query by query: each MODEL is an audit folder (contrastlab audit), or a folder "
+        "of audit folders, one per task; the first is the baseline. Prints each metric's paired difference with a "
+        "95%% bootstrap interval and a randomisation-test p-value, Holm-adjusted; refuses audits of different "
+        "tasks, splits, query sets or corpora.",
+        epilog=_fields_help(CompareConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("models", nargs="+", metavar="MODEL", help="audit folders (or folders of per-task audits)")
+    p.add_argument("--out", help="output folder (default runs/compare-TIMESTAMP)")
+    subs["compare"] = p
 
     from contrastlab.scale.cluster import add_engine_arguments
     from contrastlab.scale.encode import DEFAULT_BATCH_SIZE, DEFAULT_SHARD_ROWS
@@ -679,6 +795,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="texts per forward pass")
     p.add_argument("--actors", type=int, default=2, help="Ray actors, each loading the model once (--engine ray)")
     p.add_argument("--max-seq-length", type=int, default=128, help="tokens per text (longer ones are truncated)")
+    p.add_argument(
+        "--prompt",
+        default="",
+        help='put before every document, e.g. "passage: " (the prompt the model was trained with)',
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     subs["encode"] = p
 
@@ -742,11 +863,26 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("store", help="embedding store folder")
     p.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors of query embeddings")
     p.add_argument("-k", type=int, default=10, help="results per query")
-    p.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
-    p.add_argument("--temperature", type=float, default=None, help="also the corpus-wide log-partition at this τ")
+    p.add_argument(
+        "--metric",
+        choices=("cosine", "ip"),
+        default="cosine",
+        help="cosine (default): the queries are L2-normalised as the store's documents are, so raw model outputs "
+        "and unit vectors give the same results (results.json: queries_normalised); ip: used as given",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="also the corpus-wide log-partition at this τ (of the normalised queries under cosine)",
+    )
     p.add_argument("--exclude-self", action="store_true", help="queries are the store's rows 0..Q-1")
     p.add_argument("--model", default=None, help="refuse a store written by a model of another name")
-    p.add_argument("--out", default=None, help="results.json (ids, scores, log_partition); default: print")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="results.json (ids, scores, log_partition, metric, queries_normalised, temperature); default: print",
+    )
     from contrastlab.scale.cluster import add_engine_arguments
 
     add_engine_arguments(p)
@@ -768,8 +904,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser, subs = _build_parser()
         if argv and argv[0] in subs:
-            kept, rest = _split_overrides(subs[argv[0]], argv[1:])
-            args = parser.parse_args([argv[0], *kept])
+            kept, rest, trailing = _split_arguments(subs[argv[0]], argv[1:])
+            args, extra = parser.parse_known_args([argv[0], *kept])
+            if extra:
+                _refuse_extra(subs[argv[0]].prog, extra, trailing)
         else:
             args, rest = parser.parse_known_args(argv)
         if args.command is None:
@@ -791,6 +929,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report": _cmd_report,
             "data": _cmd_data,
             "audit": _cmd_audit,
+            "compare": _cmd_compare,
             "encode": _cmd_encode,
             "mine": _cmd_mine,
             "query": _cmd_query,

@@ -27,6 +27,10 @@ One filter is contrastlab's own: ``max_probability`` drops a candidate c whose s
 ``P(c | a) = exp(s(a, c)/τ) / Σ_j exp(s(a, j)/τ)`` over the **whole** corpus (the exact log-partition)
 exceeds the threshold, at the model's temperature ``temperature``: a document the model's search
 already picks with probability, say, above 0.1 is more likely an unlabelled positive than a negative.
+
+Beside the output, ``OUT`` + :data:`SIDECAR_SUFFIX` (``mined.tsv.mine.json``, checksummed JSON) records every
+option the file was mined with (``temperature`` included, which the probability filter depends on), the
+engine, the counts and the output's SHA-256.
 """
 
 from __future__ import annotations
@@ -41,11 +45,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrastlab import __version__
 from contrastlab._checks import check_int
+from contrastlab.io import sha256_file, write_json_atomic
 from contrastlab.scale.cluster import Engine
-from contrastlab.train.dataconf import ConfigError, check_fields
+from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
 
-__all__ = ["MineConfig", "mine_pairs", "default_range_max"]
+__all__ = ["MineConfig", "mine_pairs", "default_range_max", "SIDECAR_SUFFIX", "sidecar_path"]
+
+SIDECAR_SUFFIX = ".mine.json"
+"""Appended to the output's name for the record of how it was mined (``mined.tsv`` → ``mined.tsv.mine.json``)."""
+
+
+def sidecar_path(out: str | Path) -> Path:
+    """Where :func:`mine_pairs` records the options the file ``out`` was mined with."""
+    out = Path(out)
+    return out.with_name(out.name + SIDECAR_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -57,6 +72,10 @@ class MineConfig:
     .npy of (2P, D) embeddings: the P anchors, then their P positives"""
     pairs: str | None = None
     """the pairs file (.tsv/.csv/.jsonl) or saved dataset folder; its distinct positives are the corpus"""
+    query_prompt: str = ""
+    """put before each anchor before encoding (e.g. "query: ", the prompt the model was trained with)"""
+    document_prompt: str = ""
+    """put before each document before encoding (e.g. "passage: ")"""
     header: bool = False
     """the first line of a .tsv/.csv pairs file names the columns"""
     split: str | None = None
@@ -78,8 +97,8 @@ class MineConfig:
     relative_margin: float | None = None
     """drop candidate c unless s(a, c) <= s(a, p) − |s(a, p)|·relative_margin, >= 0"""
     max_probability: float | None = None
-    """drop candidate c if the model's softmax search over the whole corpus picks it with probability
-    P(c | a) above this, in (0, 1] (null: no such filter)"""
+    """drop candidate c if the model's softmax search over the whole corpus, at --temperature, picks it with
+    probability P(c | a) above this, in (0, 1] (null: no such filter)"""
     temperature: float = 0.05
     """τ of that softmax search (the temperature the model was trained at)"""
     sampling: Literal["top", "random"] = "top"
@@ -182,8 +201,10 @@ def _embeddings(config: MineConfig, anchors: list[str], documents: list[str], ro
     encoder = load_model(audit)
     bs, shown = config.batch_size, config.progress
     return (
-        encode_texts(encoder, anchors, batch_size=bs, progress=shown, label="anchors"),
-        encode_texts(encoder, documents, batch_size=bs, progress=shown, label="documents"),
+        encode_texts(encoder, anchors, batch_size=bs, progress=shown, label="anchors", prompt=config.query_prompt),
+        encode_texts(
+            encoder, documents, batch_size=bs, progress=shown, label="documents", prompt=config.document_prompt
+        ),
     )
 
 
@@ -242,8 +263,12 @@ def mine_pairs(
     :func:`~contrastlab.scale.sharded_search.ray_sharded_search`, whose merged top lists and log-partitions
     are the one-process ones; the written file is the same.
 
+    The options, the engine and the counts are recorded beside the output in :func:`sidecar_path` (written
+    after it, atomically).
+
     Returns:
-        A summary: ``anchors``, ``complete`` (anchors with all K negatives), ``rows`` written, ``out``.
+        A summary: ``anchors``, ``complete`` (anchors with all K negatives), ``rows`` written, ``out``,
+        ``sidecar``.
 
     Raises:
         ValueError: naming the argument — a missing or bad pairs file or model, embeddings whose rows or
@@ -295,12 +320,24 @@ def mine_pairs(
         from contrastlab.train.teacher_scores import scores_path, write_teacher_scores
 
         write_teacher_scores(scores_path(out), out_rows, scores, str(config.teacher))
-    return {
+    summary: dict[str, Any] = {
         "anchors": len(rows.anchors),
         "complete": int(mined.complete.sum()),
         "rows": len(out_rows),
-        "out": str(out),
     }
+    write_json_atomic(
+        sidecar_path(out),
+        {
+            "command": "contrastlab mine",
+            "version": __version__,
+            "out": out.name,
+            "sha256": sha256_file(out),
+            "config": to_dict(config),
+            "engine": {"name": (engine or Engine()).name, "address": (engine or Engine()).address, "shards": shards},
+            **summary,
+        },
+    )
+    return {**summary, "out": str(out), "sidecar": str(sidecar_path(out))}
 
 
 @contextlib.contextmanager

@@ -278,3 +278,59 @@ def test_python_m_contrastlab_ctrl_c_exits_130(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "checkpoint saved" in err and "Traceback" not in err
     assert (out / "checkpoint.pt").is_file()
+
+
+LIST_FIELDS = {  # a command that takes overrides → (its arguments, a list field, the values, the parsed value)
+    "train": (["JOB"], "--encoder.hidden", ["16", "8"], (16, 8)),
+    "run": (["progressive-violation"], "--generators", ["monomial", "linear"], ("monomial", "linear")),
+    "audit": (["emb.npy"], "--ks", ["1", "3"], (1, 3)),
+    "mine": (["emb.npy", "--out", "x.tsv"], "--num_negatives", ["2", "4"], None),  # MineConfig has no list field
+}
+
+
+def _config_of(command: str, argv: list[str]) -> object:
+    """The config the command line ``argv`` of ``command`` resolves to (as the command builds it, not run)."""
+    from contrastlab.audit import AuditConfig
+    from contrastlab.experiments import resolve_config
+    from contrastlab.train.dataconf import apply_overrides, parse_overrides
+
+    parser, subs = cli._build_parser()
+    kept, rest = cli._split_overrides(subs[command], argv)
+    args = parser.parse_args([command, *kept])
+    if command == "train":
+        return cli._load_job(args.config, rest)
+    if command == "run":
+        return resolve_config(args.name, overrides=parse_overrides(rest))
+    return apply_overrides(AuditConfig(), parse_overrides(rest))
+
+
+@pytest.mark.parametrize("command", sorted(LIST_FIELDS))
+def test_list_overrides_take_the_comma_and_the_bracketed_form_on_every_command(command: str, job: Path, capsys) -> None:
+    from contrastlab.mine import MineConfig
+    from contrastlab.train.dataconf import _hints, _list_type
+
+    head, flag, values, want = LIST_FIELDS[command]
+    head = [str(job) if a == "JOB" else a for a in head]
+    if want is None:  # nothing to parse: the command has no list field (the check below notices one added)
+        assert not any(_list_type(tp) for tp in _hints(MineConfig).values())
+    else:
+        for form in (",".join(values), f"[{', '.join(values)}]", str(list(want))):  # str(): Python's repr
+            cfg = _config_of(command, [*head, flag, form])
+            node = cfg
+            for part in flag[2:].split("."):
+                node = getattr(node, part)
+            assert node == want, form
+    # values separated by spaces: one line naming both accepted forms, nothing run
+    assert cli.main([command, *head, flag, *values]) == 2
+    err = _one_line_error(capsys, f"{flag} takes one value", f"{flag} {','.join(values)}")
+    assert f"{flag} '[{', '.join(values)}]'" in err
+    capsys.readouterr()
+    assert cli.main([command, *head, "--quiet" if command != "run" else "--quick", "stray", "--out", "x"]) == 2
+    _one_line_error(capsys, "unrecognized arguments: stray")
+
+
+def test_help_shows_lists_in_the_form_the_command_line_takes(capsys) -> None:
+    assert cli.main(["run", "progressive-violation", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "[default: linear,monomial]" in out and "a list is comma-separated (a,b,c) or bracketed" in out
+    assert "['linear'" not in out

@@ -232,3 +232,29 @@ def test_the_bundled_minilm_mines_a_text_file(tmp_path: Path) -> None:
     for _anchor, positive, *negatives in mined.rows:
         assert positive not in negatives and len(set(negatives)) == 2
         assert all(n in {p for _, p in rows} for n in negatives)
+
+
+def test_the_probability_filters_temperature_is_printed_and_recorded_beside_the_output(tmp_path: Path, capsys) -> None:
+    """The summary line names max_probability and the τ it is taken at; the sidecar holds every option."""
+    from contrastlab.io import read_json_verified, sha256_file
+    from contrastlab.mine import MineConfig, sidecar_path
+    from contrastlab.train.dataconf import to_dict
+
+    pairs, emb, _ = _world(tmp_path, seed=1)
+    capsys.readouterr()
+    out = _ours(tmp_path, emb, pairs, "--max_probability", "0.08", "--temperature", "0.1", "--range_max", "12")
+    printed = capsys.readouterr().out
+    assert "rows written (n-tuple); max_probability 0.08 at temperature 0.1\n" in printed, printed
+    side = sidecar_path(out)
+    assert side == tmp_path / "out.tsv.mine.json" and f"options: {side}" in printed
+    record = read_json_verified(side)
+    want = to_dict(MineConfig(model=str(emb), pairs=str(pairs), max_probability=0.08, temperature=0.1,
+                              range_max=12, progress=False))  # fmt: skip
+    assert record["config"] == want and record["config"]["temperature"] == 0.1
+    assert record["sha256"] == sha256_file(out) and record["out"] == "out.tsv"
+    assert record["engine"] == {"name": "local", "address": None, "shards": None}
+    assert record["rows"] == len(read_text_pairs(out)) and record["rows"] > 0
+    # the default τ is recorded too, and no filter, no mention of it in the summary
+    plain = _ours(tmp_path, emb, pairs, out="plain.tsv")
+    assert "temperature" not in capsys.readouterr().out
+    assert read_json_verified(sidecar_path(plain))["config"]["temperature"] == MineConfig().temperature

@@ -27,8 +27,12 @@ class AuditConfig:
     """search at most this many documents (the audited queries' own documents always included); 0 = all"""
     batch_size: int = 64
     """texts per encoder call"""
-    max_seq_length: int = 128
-    """tokens per text (longer texts are truncated)"""
+    max_seq_length: int = 0
+    """tokens per text (longer texts are truncated); 0 = the model's own max_seq_length (all-MiniLM-L6-v2: 256), as the model was trained and published"""
+    query_prompt: str = ""
+    """put before each query text before encoding (e.g. "query: ", the prompt the model was trained with)"""
+    document_prompt: str = ""
+    """put before each document text before encoding (e.g. "passage: ")"""
     device: str = "cpu"
     """torch device of the encoder"""
     ks: tuple[int, ...] = (1, 5, 10, 100)
@@ -61,6 +65,20 @@ class AuditConfig:
     """also run the compression audit: every prefix width × storage (float32, int8, binary, binary rescored, product quantizer) searched with the audited queries, documents and τ*"""
     compress_widths: tuple[int, ...] = ()
     """with compress: the prefix widths audited besides the full one, each at most the embedding width; empty = 256, 128, 64, 32 where smaller"""
+    task: str | None = None
+    """a retrieval task in BEIR's layout (a folder with corpus.jsonl, queries.jsonl, qrels/<split>.tsv): audit on its judged queries and whole corpus with graded metrics instead of on pairs"""
+    task_split: str = "test"
+    """with task: the qrels split whose queries are audited"""
+    task_part: str = "all"
+    """with task: audit all the split's queries, or only the train or dev part of the project's query holdout (contrastlab.tasks.holdout: a hash of each query id; tune on the train part, measure on the dev part)"""
+    task_dev_fraction: float = 0.2
+    """with task_part: the share of queries in the dev part"""
+    task_holdout_seed: int = 0
+    """with task_part: the seed of the holdout's hash"""
+    top_k: int = 1000
+    """with task: documents retrieved per query, the depth of the graded metrics (MTEB: 1,000)"""
+    ignore_identical_ids: bool = False
+    """with task: drop a retrieved document whose id equals the query's id (MTEB's option for tasks whose queries are also documents)"""
     compress_pq_bits: int = 0
     """with compress: bits per product-quantizer code, in [1, 16] (at least 39·2^bits documents to train on); 0 = the largest of 8, 6, 4 trainable on the documents searched"""
 
@@ -74,17 +92,27 @@ class AuditConfig:
             "batch_size",
             "max_seq_length",
             "k_max",
+            "top_k",
             "tail_anchors",
             "tail_documents",
             "uniformity_sample",
             "n_boot",
             "norm_words",
             "seed",
+            "task_holdout_seed",
         ):
             v = getattr(self, name)
-            low = 0 if name in ("max_queries", "max_documents", "seed") else 1
+            low = 0 if name in ("max_queries", "max_documents", "seed", "max_seq_length", "task_holdout_seed") else 1
             if isinstance(v, bool) or not isinstance(v, int) or v < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+        if self.task is not None and (not isinstance(self.task, str) or not self.task):
+            raise ValueError(f"task must be a BEIR task folder, got {self.task!r}")
+        if self.task_part not in ("all", "train", "dev"):
+            raise ValueError(f"task_part must be one of all, train, dev, got {self.task_part!r}")
+        if isinstance(self.task_dev_fraction, bool) or not 0 < self.task_dev_fraction < 1:
+            raise ValueError(f"task_dev_fraction must be in (0, 1), got {self.task_dev_fraction!r}")
+        if not isinstance(self.task_split, str) or not self.task_split:
+            raise ValueError(f"task_split must be a split name, got {self.task_split!r}")
         if not isinstance(self.model, str) or not self.model:
             raise ValueError(f"model must be a non-empty string, got {self.model!r}")
         if self.split not in SPLITS:

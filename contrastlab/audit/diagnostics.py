@@ -147,18 +147,30 @@ def held_out_cross_entropy(
 
 
 def fit_temperature(
-    queries: Tensor, documents: Tensor | ShardedSearch, rel: np.ndarray, *, tau_min: float, tau_max: float
+    queries: Tensor,
+    documents: Tensor | ShardedSearch,
+    rel: np.ndarray,
+    *,
+    tau_min: float,
+    tau_max: float,
+    weights: np.ndarray | None = None,
 ) -> tuple[float, list[tuple[float, float]]]:
     """The τ in ``[tau_min, tau_max]`` minimising the mean held-out cross-entropy (bounded Brent on log τ).
+
+    ``weights`` ``(P,)``, non-negative and summing to 1, weigh the pairs (default: equal), e.g. ``1 / (Q·|R_q|)``
+    so that each query of a task with several relevant documents counts once. A weighted sum of convex
+    functions of β = 1/τ is convex, so the search still finds the minimum.
 
     Returns:
         ``(τ*, [(τ, mean cross-entropy), …])`` — every evaluated point, sorted by τ.
     """
     seen: dict[float, float] = {}
+    w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float64))
 
     def objective(log_tau: float) -> float:
         tau = math.exp(log_tau)
-        value = float(held_out_cross_entropy(queries, documents, rel, tau).mean())
+        ce = held_out_cross_entropy(queries, documents, rel, tau)
+        value = float(ce.mean() if w is None else (ce * w).sum())
         seen[tau] = value
         return value
 
@@ -184,6 +196,31 @@ def softmax_search_summary(queries: Tensor, documents: Tensor | ShardedSearch, t
     return {"log_partition": float(log_z.mean()), "entropy": float(h.mean()), "log_num_documents": math.log(m)}
 
 
+def _excluded(rel: np.ndarray, exclude: np.ndarray | None, m: int) -> np.ndarray:
+    """``(P, E)`` int64: each pair's documents that are never its negatives, sorted, padded with ``m``.
+
+    Without ``exclude`` that is the pair's own document; ``exclude`` must hold it (checked).
+    """
+    own = np.asarray(rel, dtype=np.int64)[:, None]
+    if exclude is None:
+        return own
+    ex = np.sort(np.asarray(exclude, dtype=np.int64), axis=1)
+    if ex.ndim != 2 or ex.shape[0] != own.shape[0] or ((ex < 0) | (ex > m)).any():
+        raise ValueError(f"exclude must be ({own.shape[0]}, E) document positions padded with {m}")
+    if not (ex == own).any(axis=1).all():
+        raise ValueError("exclude: every pair's row must hold its own document")
+    return ex
+
+
+def _query_groups(values: Tensor, groups: np.ndarray | None) -> Tensor:
+    """Per-pair values averaged within each group (a query's pairs), so each query counts once."""
+    if groups is None:
+        return values
+    g = torch.as_tensor(np.unique(np.asarray(groups), return_inverse=True)[1], dtype=torch.int64)
+    sums = torch.zeros(int(g.max()) + 1, dtype=values.dtype).index_add_(0, g, values)
+    return sums / torch.bincount(g).to(values.dtype)
+
+
 def risk_curve(
     queries: Tensor,
     documents: Tensor,
@@ -192,45 +229,82 @@ def risk_curve(
     temperature: float,
     k_max: int,
     generator: torch.Generator,
+    exclude: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
 ) -> dict[str, Any]:
-    """R(φ; k, τ) minus its k → ∞ limit on the audited pairs, for k = 1, 2, 4, … ≤ min(k_max, M − 1).
+    """R(φ; k, τ) minus its k → ∞ limit on the audited pairs, for k = 1, 2, 4, … ≤ min(k_max, M − |E|).
 
-    Each query draws one sequence of ``k_max`` negatives (uniform over the other documents, with
-    replacement) and uses its first k for every k, so the estimates are paired across k; standard errors
-    are over queries.
+    Each pair draws one sequence of ``k_max`` negatives (uniform over the documents outside its excluded
+    set E, with replacement) and uses its first k for every k, so the estimates are paired across k.
+
+    **Several relevant documents per query.** A task's query with relevant documents R_q contributes one
+    pair (q, d⁺) per d⁺ ∈ R_q; ``exclude`` gives each pair E = R_q (its other relevant documents are never
+    its negatives) and ``groups`` the query of each pair. The multi-positive risk is then
+    R(φ; k, τ) = E_q (1/|R_q|) Σ_{d⁺ ∈ R_q} E[log((e^{s⁺/τ} + Σ_{i ≤ k} e^{s_i/τ}) / k) − s⁺/τ] with
+    negatives s_i uniform over the documents not relevant to q — SupCon's L_out averaged per query
+    (Khosla et al. 2020, arXiv:2004.11362, eq. 2) with Whiteley's k negatives — and its k → ∞ limit is
+    log E_{j ∉ R_q} e^{(s_j − s⁺)/τ}. With one document per query both reduce to Whiteley 2026 eq. 14.
+
+    Args:
+        queries: ``(P, D)`` one row per pair.
+        documents: ``(M, D)`` the corpus.
+        rel: ``(P,)`` each pair's document.
+        temperature: τ of the risk.
+        k_max: the largest k.
+        generator: draws the negatives.
+        exclude: ``(P, E)`` each pair's excluded documents (its own among them), padded with ``M``.
+        groups: ``(P,)`` the query of each pair: values are averaged within a query before the mean and
+            standard error over queries.
 
     Returns:
         ``{"ks", "risk": {"mean", "se"}, "limit": {"mean", "se"}, "gap": {"mean", "se"}, "slope": fit_slope(...)}``.
     """
     m = documents.shape[0]
-    if m < 2:
-        raise ValueError("documents: the risk curve needs at least 2 documents")
+    ex = _excluded(rel, exclude, m)
+    n_ex = (ex < m).sum(axis=1)
+    allowed = m - n_ex  # (P,) documents a pair may draw as negatives
+    if m < 2 or allowed.min() < 1:
+        raise ValueError("documents: the risk curve needs at least one document outside each pair's excluded set")
     q = torch.nn.functional.normalize(queries.double(), dim=1)
     d = torch.nn.functional.normalize(documents.double(), dim=1)
     rel_t = torch.as_tensor(rel, dtype=torch.int64)
-    k_top = min(k_max, m - 1)
+    k_top = min(k_max, int(allowed.min()))
     ks = [2**i for i in range(int(math.log2(k_top)) + 1)]
-    # the limit: log (1/(M−1)) Σ_{j ≠ rel} e^{s_j/τ} − s_rel/τ, from log Z over all M and log P(rel)
+    # the limit: log (1/|M \ E|) Σ_{j ∉ E} e^{s_j/τ} − s_rel/τ, from log Z over all M and log P(E)
     log_z = log_partition(q, d, temperature=temperature)
     lp = log_prob(q, d, rel_t, temperature=temperature)  # s_rel/τ − log Z ≤ 0
     s_rel = lp + log_z
-    limit = log_z + torch.log(-torch.expm1(lp)) - math.log(m - 1) - s_rel  # (Q,)
-    for i in torch.nonzero(lp > -1e-8).flatten().tolist():  # the positive holds ~all the mass: no cancellation
-        row = (d @ q[i]) / temperature  # (M,) one query's logits
-        row[rel_t[i]] = float("-inf")
-        limit[i] = torch.logsumexp(row, 0) - math.log(m - 1) - s_rel[i]
+    ex_t = torch.as_tensor(ex)
+    p_ex = torch.zeros_like(lp)
+    for j in range(ex.shape[1]):
+        col = ex_t[:, j]
+        real = col < m
+        if real.any():
+            p_ex[real] += log_prob(q[real], d, col[real], temperature=temperature).exp()
+    allowed_t = torch.as_tensor(allowed, dtype=torch.float64)
+    limit = log_z + torch.log1p(-p_ex.clamp(max=1.0)) - torch.log(allowed_t) - s_rel  # (P,)
+    for i in torch.nonzero(p_ex > 1 - 1e-8).flatten().tolist():  # E holds ~all the mass: no cancellation
+        row = (d @ q[i]) / temperature  # (M,) one pair's logits
+        row[ex_t[i][ex_t[i] < m]] = float("-inf")
+        limit[i] = torch.logsumexp(row, 0) - torch.log(allowed_t[i]) - s_rel[i]
     per_k: list[list[Tensor]] = [[] for _ in ks]
     block = max(1, (1 << 22) // (k_top * d.shape[1]))
     for s in range(0, q.shape[0], block):
         e = min(s + block, q.shape[0])
-        idx = torch.randint(0, m - 1, (e - s, k_top), generator=generator)
-        idx = idx + (idx >= rel_t[s:e, None]).long()  # skip the query's own document
+        if (allowed == allowed[0]).all():  # uniform over the same count of documents for every pair
+            idx = torch.randint(0, int(allowed[0]), (e - s, k_top), generator=generator)
+        else:  # floor(u · n) is uniform on {0, …, n − 1}; the clamp guards u·n rounding up to n
+            u = torch.rand((e - s, k_top), generator=generator, dtype=torch.float64)
+            idx = (u * allowed_t[s:e, None]).long().clamp(max=allowed_t[s:e, None].long() - 1)
+        for j in range(ex.shape[1]):  # the r-th allowed document: step over each excluded one, in order
+            idx = idx + (idx >= ex_t[s:e, j : j + 1]).long()
         negs = d[idx]  # (B, k_top, D)
         for i, k in enumerate(ks):
             loss = tuple_loss(q[s:e], d[rel_t[s:e]], negs[:, :k], temperature=temperature, normalize=False)
             per_k[i].append(loss)
-    risk = [mc_estimate(torch.cat(v)) for v in per_k]
-    gap = [mc_estimate(torch.cat(v) - limit) for v in per_k]
+    limit = _query_groups(limit, groups)
+    risk = [mc_estimate(_query_groups(torch.cat(v), groups)) for v in per_k]
+    gap = [mc_estimate(_query_groups(torch.cat(v), groups) - limit) for v in per_k]
     lim = mc_estimate(limit)
     return {
         "ks": ks,
@@ -250,19 +324,21 @@ def hard_negative_tails(
     max_anchors: int,
     max_documents: int,
     generator: torch.Generator,
+    exclude: np.ndarray | None = None,
 ) -> TailReport:
     """GPD fit of the pooled query → document negative cosines and WEINCE's per-query tail statistics.
 
     Uses at most ``max_anchors`` queries and ``max_documents`` documents (seeded draws); each query's own
-    document is excluded (−inf), so every row keeps at least ``max_documents − 1`` negatives.
+    document — with ``exclude`` ``(Q, E)`` (padded with ``M``), every document relevant to it — is left
+    out (−inf), so every row keeps at least ``max_documents − E`` negatives.
     """
     q = torch.nn.functional.normalize(queries.double(), dim=1)
     d = torch.nn.functional.normalize(documents.double(), dim=1)
     rows = torch.randperm(q.shape[0], generator=generator)[:max_anchors].sort().values
     cols = torch.randperm(d.shape[0], generator=generator)[:max_documents].sort().values
     sims = q[rows] @ d[cols].T  # (R, T) float64
-    own = torch.as_tensor(rel, dtype=torch.int64)[rows]
-    sims = sims.masked_fill(cols[None, :] == own[:, None], float("-inf"))
+    own = torch.as_tensor(_excluded(rel, exclude, d.shape[0]))[rows]  # (R, E)
+    sims = sims.masked_fill((cols[None, :, None] == own[:, None, :]).any(-1), float("-inf"))
     pooled = sims[torch.isfinite(sims)].numpy()
     pot = pot_fit(pooled, threshold_quantile=0.99)
     anchors = anchor_tail_stats(sims)

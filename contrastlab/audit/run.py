@@ -44,7 +44,7 @@ from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression, pq_min_documents
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.probe import mean_ci
@@ -151,10 +151,12 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
         assert pairs.queries is not None and pairs.documents is not None
         queries, documents = pairs.queries, pairs.documents
         q_raw, d_raw = (
-            encode_texts(inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label)
-            for texts, label in (
-                ([queries[i] for i in np.concatenate([ev, va])], "queries"),
-                ([documents[j] for j in docs], "documents"),
+            encode_texts(
+                inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
+            )
+            for texts, label, prompt in (
+                ([queries[i] for i in np.concatenate([ev, va])], "queries", cfg.query_prompt),
+                ([documents[j] for j in docs], "documents", cfg.document_prompt),
             )
         )
         model_desc = inputs.encoder.description
@@ -262,6 +264,10 @@ def audit(
     stages: dict[str, float] = {}
 
     with _engine_session(engine, address, out.parent) as ray:  # an unreachable address fails first
+        if cfg.task is not None:
+            from contrastlab.audit.task_audit import audit_task
+
+            return audit_task(cfg, out, ray=ray, shards=shards, engine=engine, address=address, t0=t0)
         stages["engine_s"] = time.perf_counter() - t0
         t = time.perf_counter()
         inputs = load_inputs(cfg, rng)
@@ -417,8 +423,6 @@ def _report(
     """Report stage: summary, tables, figures and the run folder, written atomically."""
     import contrastlab
     from contrastlab.host import host_info
-    from contrastlab.io import to_jsonable, write_json_atomic
-    from contrastlab.report import write_report
 
     t_report = time.perf_counter()
     pairs, ev, docs = inputs.pairs, inputs.eval_pairs, inputs.documents
@@ -575,11 +579,8 @@ def _report(
     if found.compression is not None:
         results["compression"] = found.compression
 
-    # stage in a temporary folder beside out, then move in
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        title = f"{model_desc}"
+    def draw(stage: Path) -> list[dict[str, str]]:
+        title = model_title(model_desc, cfg.model)  # the model or run, not its path on disk
         plot_search(curve, tau, risk, stage / "search.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 
@@ -593,7 +594,7 @@ def _report(
             _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
-        results["figures"] = [
+        figures = [
             {
                 "file": "search.png",
                 "caption": "Held-out pair cross-entropy against τ, and the InfoNCE risk gap against k.",
@@ -611,9 +612,47 @@ def _report(
                 "widths), the full model circled.",
             },
         ]
-        results["figures"] = [f for f in results["figures"] if (stage / f["file"]).is_file()]
-        timing["stages"]["report_s"] = time.perf_counter() - t_report  # up to the files' writing
+        return [f for f in figures if (stage / f["file"]).is_file()]
+
+    return write_run_folder(results, out, draw, t0=t0, t_report=t_report)
+
+
+def write_run_folder(
+    results: dict[str, Any],
+    out: Path,
+    draw: Any,
+    *,
+    t0: float,
+    t_report: float,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write an audit's folder atomically: figures, ``results.json``, the report, and ``extra`` JSON files.
+
+    Everything is staged in a temporary folder beside ``out`` and moved in, ``results.json`` last (its
+    presence marks a complete audit), so a failure leaves nothing that looks complete.
+
+    Args:
+        results: the results dictionary (its ``timing.stages`` gets ``report_s``, it gets ``runtime_s``).
+        out: the output folder.
+        draw: ``draw(stage) -> figures``: writes the figures into ``stage`` and returns their entries.
+        t0: ``time.perf_counter()`` at the audit's start.
+        t_report: ``time.perf_counter()`` at the report stage's start.
+        extra: file name → JSON object written beside ``results.json``.
+
+    Returns:
+        ``results`` as JSON values, with ``out_dir``.
+    """
+    from contrastlab.io import to_jsonable, write_json_atomic
+    from contrastlab.report import write_report
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        results["figures"] = draw(stage)
+        results["timing"]["stages"]["report_s"] = time.perf_counter() - t_report  # up to the files' writing
         results["runtime_s"] = time.perf_counter() - t0
+        for name, obj in (extra or {}).items():
+            write_json_atomic(stage / name, obj)
         write_json_atomic(stage / "results.json", results)
         write_report([stage], stage)
         out.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.inputs import BUNDLED_MODEL, TextEncoder, load_model
 from contrastlab.export.runtime import OnnxTextEncoder
 
-__all__ = ["TextModelSource", "model_fingerprint"]
+__all__ = ["TextModelSource", "PromptedEncoder", "model_fingerprint"]
 
 
 def model_fingerprint(encoder: TextEncoder | OnnxTextEncoder) -> str:
@@ -49,6 +49,24 @@ def model_fingerprint(encoder: TextEncoder | OnnxTextEncoder) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+class PromptedEncoder:
+    """A loaded text model that puts ``prompt`` before every text it encodes.
+
+    Args:
+        inner: the loaded model (:class:`~contrastlab.audit.inputs.TextEncoder` or an ONNX export).
+        prompt: the string put before each text.
+    """
+
+    def __init__(self, inner: TextEncoder | OnnxTextEncoder, prompt: str) -> None:
+        self.inner, self.prompt = inner, prompt
+        self.description = f"{inner.description} (prompt {prompt!r})"
+        self.normalizes = inner.normalizes
+
+    def __call__(self, texts: list[str]) -> torch.Tensor:
+        """``(len(texts), D)`` embeddings of ``prompt + text``."""
+        return self.inner([self.prompt + t for t in texts])
+
+
 @dataclass(frozen=True)
 class TextModelSource:
     """A text model to load where it is used.
@@ -58,22 +76,26 @@ class TextModelSource:
             Face folder, or a name in the local Hugging Face cache (nothing is downloaded).
         max_seq_length: tokens per text; longer texts are truncated.
         device: torch device.
+        prompt: put before every text before encoding (e.g. ``"passage: "``, the prompt the model was trained
+            with); part of the identity, so a store is never resumed with another prompt.
     """
 
     name: str = BUNDLED_MODEL
     max_seq_length: int = 128
     device: str = "cpu"
+    prompt: str = ""
 
-    def load(self) -> TextEncoder | OnnxTextEncoder:
+    def load(self) -> TextEncoder | OnnxTextEncoder | PromptedEncoder:
         """Load the model (raw, pre-normalisation embeddings; see :class:`~contrastlab.audit.inputs.TextEncoder`).
 
         Raises:
             ValueError: the model cannot be found or loaded; the message names ``model``.
         """
         config = AuditConfig(model=self.name, max_seq_length=self.max_seq_length, device=self.device, progress=False)
-        return load_model(config)
+        encoder = load_model(config)
+        return PromptedEncoder(encoder, self.prompt) if self.prompt else encoder
 
-    def identity(self, encoder: TextEncoder | OnnxTextEncoder) -> dict[str, Any]:
+    def identity(self, encoder: TextEncoder | OnnxTextEncoder | PromptedEncoder) -> dict[str, Any]:
         """The model's identity for a store: name, description, dim, max_seq_length, normalizes, fingerprint.
 
         A folder's name is its absolute path. The dimension is read from one encoded text.
@@ -88,11 +110,16 @@ class TextModelSource:
         name = (
             self.name if self.name == BUNDLED_MODEL or not Path(self.name).exists() else str(Path(self.name).resolve())
         )
+        inner = encoder.inner if isinstance(encoder, PromptedEncoder) else encoder
+        fingerprint = model_fingerprint(inner)
+        if self.prompt:  # the same weights with a prompt embed other vectors: another identity
+            fingerprint = "sha256:" + hashlib.sha256(f"{fingerprint}\0prompt\0{self.prompt}".encode()).hexdigest()
         return {
             "name": name,
             "description": encoder.description,
             "dim": int(probe.shape[1]),
             "max_seq_length": self.max_seq_length,
             "normalizes": encoder.normalizes,
-            "fingerprint": model_fingerprint(encoder),
+            "fingerprint": fingerprint,
+            **({"prompt": self.prompt} if self.prompt else {}),
         }

@@ -26,6 +26,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +45,8 @@ __all__ = [
     "qq_points",
     "tail_diagnostics",
     "plot_tail_diagnostics",
+    "delta_aic_histogram",
+    "DELTA_AIC_CLIP",
     "isotropic_xi",
 ]
 
@@ -270,6 +273,56 @@ def tail_diagnostics(
     )
 
 
+#: The per-anchor ΔAIC panel spans [−DELTA_AIC_CLIP, DELTA_AIC_CLIP]; anchors beyond it are drawn in its end bins.
+DELTA_AIC_CLIP = 60.0
+
+
+def delta_aic_histogram(ax: Any, delta_aic: np.ndarray, *, clip: float = DELTA_AIC_CLIP, bins: int = 40) -> np.ndarray:
+    """Draw the per-anchor ΔAIC histogram on ``ax``: fixed bins over ``[−clip, clip]``, the clipped anchors marked.
+
+    The bins are fixed, not fitted to the data: a sample whose anchors all lie beyond the clip (a trained
+    text encoder's ΔAIC is often in the hundreds) would otherwise fall in one automatic bin 1/40 of a unit
+    wide, invisible on the axis. Anchors beyond ``±clip`` are counted in the end bin on their side, which
+    is drawn hatched in another colour and labelled with the number of anchors beyond the clip.
+
+    Args:
+        ax: a matplotlib ``Axes``.
+        delta_aic: ΔAIC_i = AIC_Gumbel − AIC_Weibull per anchor. Shape ``(R,)``.
+        clip: half-width of the drawn range (> 0).
+        bins: number of equal bins over ``[−clip, clip]`` (≥ 2).
+
+    Returns:
+        The count in each bin, the clipped anchors included. Shape ``(bins,)``.
+
+    Raises:
+        ValueError: ``delta_aic`` holds a NaN, ``clip`` is not > 0 or ``bins`` < 2.
+    """
+    v = np.asarray(delta_aic, dtype=np.float64).reshape(-1)
+    if np.isnan(v).any():
+        raise ValueError("delta_aic must not hold NaN")
+    if not clip > 0:
+        raise ValueError(f"clip must be > 0, got {clip!r}")
+    if bins < 2:
+        raise ValueError(f"bins must be >= 2, got {bins!r}")
+    edges = np.linspace(-clip, clip, bins + 1)
+    counts, _ = np.histogram(np.clip(v, -clip, clip), bins=edges)
+    bars = ax.bar(edges[:-1], counts, width=edges[1] - edges[0], align="edge", color="C2")
+    top = max(int(counts.max(initial=0)), 1)
+    beyond = ((int((v < -clip).sum()), bars[0], f"< -{clip:g}"), (int((v > clip).sum()), bars[-1], f"> +{clip:g}"))
+    for n, bar, where in beyond:
+        if n:
+            bar.set_facecolor("C1")
+            bar.set_hatch("//")
+            left = bar is bars[0]
+            x = bar.get_x() + (0.0 if left else bar.get_width())
+            label = f"{n} anchor{'s' if n > 1 else ''} {where}"
+            ax.text(x, bar.get_height() + 0.02 * top, label, ha="left" if left else "right", va="bottom", fontsize=8)
+    ax.axvline(0, color="k", lw=0.8)
+    ax.set_xlim(-clip, clip)
+    ax.set_ylim(0, 1.15 * top)
+    return counts
+
+
 def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: str | Path, *, title: str = "") -> Path:
     """Plot the tail diagnostics: one row of three panels per report.
 
@@ -314,16 +367,15 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
         ax.legend(fontsize=8)
 
         ax = row[2]
-        ax.hist(np.clip(rep.anchors.delta_aic.numpy(), -60, 60), bins=40, color="C2")
-        ax.axvline(0, color="k", lw=0.8)
+        delta_aic_histogram(ax, rep.anchors.delta_aic.numpy())
         ax.set(
-            xlabel=f"AIC_G - AIC_W per anchor, clipped at ±60 (isotropic xi = {rep.xi_isotropic:.3f})",
+            xlabel=f"AIC_G - AIC_W per anchor, clipped at ±{DELTA_AIC_CLIP:g}\n(isotropic xi = {rep.xi_isotropic:.3f})",
             title=f"{label}{100 * rep.frac_weibull:.0f}% of anchors favour Weibull",
         )
     if title:
         fig.suptitle(title)
     fig.subplots_adjust(
-        left=0.06, right=0.98, bottom=0.5 / height, top=1 - (0.9 if title else 0.4) / height, wspace=0.28, hspace=0.5
+        left=0.06, right=0.98, bottom=0.7 / height, top=1 - (0.9 if title else 0.4) / height, wspace=0.28, hspace=0.6
     )
     out = Path(path)
     figures.save_png(fig, out, dpi=100)

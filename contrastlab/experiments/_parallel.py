@@ -7,6 +7,14 @@ sends SIGTERM to the running workers (the trainer writes its checkpoint at the e
 step and exits), waits for them, marks them ``stopped`` and returns with ``interrupted=True``. A
 worker that dies without reporting (killed, out of memory) is ``failed`` with its exit code. Workers are
 not daemons, so an experiment may start processes of its own; none outlives :func:`run_in_workers`.
+
+In a worker, SIGTERM raises ``KeyboardInterrupt`` (after the trainer's own handler has written its
+checkpoint and passed the signal on), so the job unwinds and the process exits through Python's shutdown
+rather than dying on the signal. That matters for the named semaphores a job creates (tqdm's write lock is a
+``multiprocessing.RLock``, and a spawned worker's default context is ``spawn``): they are registered with the
+resource tracker the worker shares with the parent, and only a normal exit unregisters them; a worker killed
+by the signal left them behind, and the tracker warned of "leaked semaphore objects" when the parent exited.
+Only a worker still running after ``grace_s`` is killed outright.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ def _worker(job: Job, reports: Any) -> None:
     own SIGINT handler, installed over the ignored one, stops after its checkpoint).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _interrupt)  # the parent's stop: unwind and exit normally (module docstring)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked by the parent while it started us
     job.log.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(job.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -71,14 +80,22 @@ def _worker(job: Job, reports: Any) -> None:
     t0 = time.perf_counter()
     try:
         result = job.target(*job.args)
-    except KeyboardInterrupt:  # a training loop saw the terminal's Ctrl-C itself and stopped after its checkpoint
+    except KeyboardInterrupt:  # the parent's SIGTERM, or a training loop that saw the terminal's Ctrl-C itself
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stopping already: report, then exit normally
         reports.put((job.name, "stopped", None, "interrupted", time.perf_counter() - t0))
         return
     except BaseException as e:  # reported to the parent; the other jobs still run
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         traceback.print_exc()
         reports.put((job.name, "failed", None, f"{type(e).__name__}: {e}", time.perf_counter() - t0))
         return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a stop that comes now would only lose the report
     reports.put((job.name, "done", result, "", time.perf_counter() - t0))
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """A worker's SIGTERM handler: stop the job as a Ctrl-C would."""
+    raise KeyboardInterrupt
 
 
 def run_in_workers(

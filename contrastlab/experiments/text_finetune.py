@@ -15,14 +15,18 @@ torch thread each). Nothing is downloaded.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.experiments._minilm_finetune import TRAIN_RECORD, executor, finetuned_model
+
+if TYPE_CHECKING:
+    from contrastlab.eval.probe import MeanCI
 
 __all__ = ["Config", "QUICK", "TRAIN_RECORD", "run"]
 
@@ -95,6 +99,27 @@ def _loss(name: str, temperature: float) -> Any:
     if name == "weince":
         return WEINCELoss(temperature=temperature)
     raise ValueError(f"losses: unknown loss {name!r}; known: info_nce, weince")
+
+
+def _seed_mean_row(name: str, cis: Sequence[MeanCI]) -> list[str]:
+    """The retrieval table's row of one loss over its seeds: the mean ± t-interval per metric.
+
+    With one seed there is no interval over seeds: the row says so and gives the value alone.
+
+    Args:
+        name: the loss.
+        cis: one :func:`contrastlab.eval.probe.mean_ci` per metric column, over the same seeds.
+
+    Raises:
+        ValueError: ``cis`` is empty or its entries are over different numbers of seeds.
+    """
+    counts = {ci.n for ci in cis}
+    if len(counts) != 1:
+        raise ValueError(f"cis must hold at least one interval, all over the same seeds; got seed counts {counts}")
+    (n,) = counts
+    if n == 1:
+        return [f"{name}: 1 seed, no interval", *(f"{ci.mean:.3f}" for ci in cis)]
+    return [f"{name}: mean ± t-interval over {n} seeds", *(ci.format(digits=3) for ci in cis)]
 
 
 def _audit_config(config: Config, model: str) -> Any:
@@ -197,8 +222,9 @@ def run(config: Config, out_dir: Path) -> dict:
         cis = [mean_ci([float(per[t][m].mean()) for t in tags]) for m in metric_keys]
         for m, ci in zip(metric_keys, cis, strict=True):
             metrics[f"{name}_{m}"] = ci.mean
-            metrics[f"{name}_{m}_seed_sd"] = ci.std
-        rows.append([f"{name}: mean ± t-interval over {len(tags)} seed(s)", *(ci.format(digits=3) for ci in cis)])
+            if ci.n > 1:  # one seed has no spread: no metric rather than a NaN
+                metrics[f"{name}_{m}_seed_sd"] = ci.std
+        rows.append(_seed_mean_row(name, cis))
         seed_mean[name] = {m: np.stack([per[t][m] for t in tags], axis=1) for m in metric_keys}
         diff_rows.append(
             [

@@ -197,17 +197,18 @@ def _md_table(columns: list[str], rows: list[list[Any]]) -> str:
     return "\n".join([head, sep, *body])
 
 
+def _html_cell(v: Any) -> str:
+    """A table cell: numbers right-aligned as they are, text with its inline markdown rendered (as report.md shows it)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f'<td class="num">{html.escape(_fmt(v))}</td>'
+    return f"<td>{_inline_md(_fmt(v))}</td>"
+
+
 def _html_table(columns: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"num" if isinstance(c, (int, float)) else ""}">{html.escape(_fmt(c))}</td>' for c in row
-        )
-        + "</tr>"
-        for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    """A table in a box of the page's width that scrolls sideways itself when the table is wider."""
+    head = "".join(f"<th>{_inline_md(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in rows)
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def _inline_md(text: str) -> str:
@@ -234,7 +235,8 @@ def _md_to_html(text: str) -> str:
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
-color:#222;line-height:1.45}
+color:#222;line-height:1.45;overflow-wrap:break-word}
+div.table{max-width:100%;overflow-x:auto}
 h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #ccc;margin-top:2em}
 table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em}
 th,td{border:1px solid #ccc;padding:0.25em 0.6em}th{background:#f2f2f2}td.num{text-align:right;
@@ -340,7 +342,13 @@ def _first_sentence(text: str, limit: int = 240) -> str:
     # a sentence ends at ". " before a capital letter, but not after "et al." or "e.g."/"i.e."
     m = re.search(r"(?<!et al\.)(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s(?=[A-Z(])", text)
     head = text[: m.start()] if m else text
-    return head if len(head) <= limit else head[: limit - 1].rstrip() + "…"
+    if len(head) <= limit:
+        return head
+    head = head[: limit - 1].rstrip() + "…"
+    for mark in ("**", "`"):  # a cut inside **bold** or `code` closes it, so the markup still renders
+        if head.count(mark) % 2:
+            head += mark
+    return head
 
 
 def _overview(runs: list[RunData]) -> tuple[list[str], list[list[Any]]]:

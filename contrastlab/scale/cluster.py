@@ -46,11 +46,13 @@ __all__ = [
     "Engine",
     "EngineError",
     "add_engine_arguments",
+    "check_engine",
     "import_ray",
     "parse_address",
     "ray_environment",
     "ray_session",
     "ray_temp_dir",
+    "remove_stale_temp_dirs",
 ]
 
 ENGINES = ("local", "ray")
@@ -175,6 +177,26 @@ def ray_temp_dir(parent: str | os.PathLike[str]) -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
+def remove_stale_temp_dirs(parent: str | os.PathLike[str]) -> list[Path]:
+    """Remove the Ray temp folders an earlier session left inside ``parent``; returns those removed.
+
+    A session killed before its exit (SIGKILL, a lost machine) leaves its :func:`ray_temp_dir` folder
+    behind, and one that ended in an exception keeps it for Ray's logs. Such a folder is recognised by its
+    name (``ray-`` and 8 characters of :func:`tempfile.mkdtemp`) and by what a session writes first (the
+    ``auth_token`` of :func:`ray_environment`, or Ray's ``session_*`` folders); nothing else is touched.
+    Call it only where no session can be running: for a folder that one writer owns at a time (an
+    embedding store), before that writer starts one.
+    """
+    base = Path(parent)
+    removed = []
+    for path in sorted(base.glob("ray-????????")) if base.is_dir() else []:
+        if path.is_dir() and not path.is_symlink():
+            if (path / "auth_token").is_file() or any(path.glob("session_*")):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
 @contextlib.contextmanager
 def _environ(**values: str) -> Iterator[None]:
     old = {k: os.environ.get(k) for k in values}
@@ -232,6 +254,25 @@ def _probe(address: str) -> None:
             f"--address {address}: no Ray cluster answers there ({e.strerror or type(e).__name__}); start one "
             "with `ray start --head` or drop --address to run an embedded Ray"
         ) from None
+
+
+def check_engine(engine: Engine) -> None:
+    """Fail now, before any slow work, if ``engine`` cannot run: Ray missing, or an address that does not answer.
+
+    A local engine always passes. For ``ray``, Ray is imported (as :func:`ray_session` imports it) and an
+    ``address`` is probed with one TCP connection; whether it is a Ray cluster shows only when
+    :func:`ray_session` connects.
+
+    Raises:
+        EngineError: Ray is not installed (naming the extra), or nothing answers at ``address`` (naming
+            ``--address``).
+    """
+    if not engine.is_ray:
+        return
+    host = parse_address(engine.address)[0] if engine.address is not None else LOOPBACK
+    import_ray(loopback=_is_loopback(host))
+    if engine.address is not None:
+        _probe(engine.address)
 
 
 def _current_gcs_address(ray: Any) -> str | None:

@@ -20,6 +20,12 @@ keeps the shards an interrupted run finished and verified) and encodes the shard
   actor encodes the whole corpus while the others idle. Tasks of a few batches also balance the actors
   when one starts later than another (its model load) and keep the driver's first rows early.
 
+Before the model loads, a Ray engine is checked (:func:`~contrastlab.scale.cluster.check_engine`: Ray
+installed, ``--address`` answering), and Ray temp folders an earlier, killed run left in the store folder
+are removed (:func:`~contrastlab.scale.cluster.remove_stale_temp_dirs`): a finished store holds only its
+manifest and shards. A call that fails before any shard exists (this run's or an earlier one's) leaves no
+unfinished store behind: its journal, and the folder if the call created it and it is empty, are removed.
+
 The two engines write the same store: the same shard names, row counts, id ranges, ids, model identity
 and corpus identity. The embeddings are equal to float32 rounding, not bitwise: a Ray batch mixes texts
 differently from a one-process batch, so the padded length and the matrix shapes the kernels see differ,
@@ -45,9 +51,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from contrastlab.scale.cluster import Engine, ray_session
+from contrastlab.scale.cluster import Engine, check_engine, ray_session, remove_stale_temp_dirs
 from contrastlab.scale.corpus import TextCorpus
-from contrastlab.search.store import EmbeddingStore, ShardRecord, StoreWriter
+from contrastlab.search.store import JOURNAL, EmbeddingStore, ShardRecord, StoreWriter
 
 __all__ = [
     "Encoder",
@@ -239,8 +245,11 @@ def encode_corpus(
     task_rows = default_task_rows(shard_rows, batch_size) if task_rows is None else task_rows
     _positive("task_rows", task_rows)
     text_corpus = corpus if isinstance(corpus, TextCorpus) else TextCorpus.scan(corpus, stride=task_rows)
+    check_engine(engine)  # an unreachable --address fails here, not after the model has loaded
+    remove_stale_temp_dirs(out)
     encoder = source.load()
     identity = source.identity(encoder)
+    created = not Path(out).exists()
     writer = StoreWriter(
         out,
         count=text_corpus.count,
@@ -250,6 +259,38 @@ def encode_corpus(
         model=identity,
         meta={"corpus": text_corpus.identity()},
     )
+    local = None if engine.is_ray else encoder
+    del encoder  # on Ray the actors load their own copies: the driver's is released before the pipeline starts
+    try:
+        return _encode_pending(
+            text_corpus, source, writer, local, identity, engine, batch_size, actors, actor_threads, task_rows,
+            threads, on_shard, t0,
+        )  # fmt: skip
+    except BaseException:
+        if not writer.records:  # no shard exists: nothing to resume, so no unfinished store is left
+            (writer.path / JOURNAL).unlink(missing_ok=True)
+            if created:
+                with contextlib.suppress(OSError):  # kept when not empty (an embedded Ray's logs)
+                    writer.path.rmdir()
+        raise
+
+
+def _encode_pending(
+    text_corpus: TextCorpus,
+    source: EncoderSource,
+    writer: StoreWriter,
+    encoder: Encoder | None,
+    identity: dict[str, Any],
+    engine: Engine,
+    batch_size: int,
+    actors: int,
+    actor_threads: int,
+    task_rows: int,
+    threads: int | None,
+    on_shard: Callable[[int, ShardRecord], None] | None,
+    t0: float,
+) -> EncodeResult:
+    """Encode the shards ``writer`` still misses (in this process with ``encoder``, or on Ray) and finish the store."""
     pending = writer.pending()
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - t0}
     first: list[float] = []
@@ -263,7 +304,6 @@ def encode_corpus(
             first.append(time.perf_counter() - t0)
 
     if pending and engine.is_ray:
-        del encoder  # the actors load their own copies
         _encode_on_ray(
             text_corpus,
             source,
@@ -280,6 +320,7 @@ def encode_corpus(
             timings,
         )
     elif pending:
+        assert encoder is not None, "a local encode needs the loaded encoder"
         with _torch_threads(threads):
             for i in pending:
                 start, stop = writer.bounds[i]

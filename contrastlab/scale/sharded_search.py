@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from contrastlab._checks import check_int, check_positive_float
+from contrastlab._checks import check_choice, check_int, check_positive_float
 from contrastlab.scale.cluster import Engine
 from contrastlab.search.index import SearchResult
 from contrastlab.search.sharded import ShardedSearch, ShardInfo, ShardSearcher, split_rows
@@ -311,9 +311,14 @@ def query_store(
 ) -> tuple[SearchResult, np.ndarray | None]:
     """Exact top-``k`` (and optionally the log-partition) of queries over a store, on the chosen engine.
 
+    The queries follow the store's metric. With ``"cosine"`` they are L2-normalised exactly as the
+    store's documents are (:func:`~contrastlab.search.sharded.unit_rows`): raw model outputs and unit
+    vectors give the same top-k and the same log-partition (the softmax search of the unit query against
+    the unit documents). With ``"ip"`` they are used as given.
+
     Args:
         path: the store's folder.
-        queries: ``(Q, D)`` query embeddings.
+        queries: ``(Q, D)`` query embeddings (raw model outputs or unit vectors alike for ``"cosine"``).
         k: results per query.
         engine: ``local`` or ``ray`` (embedded, or at its address).
         temp_dir: the run's folder, for an embedded Ray's temp files.
@@ -326,19 +331,29 @@ def query_store(
         ``(result, log_partition or None)``.
 
     Raises:
-        ValueError: naming the file — a store of another model or of another dimension than the queries,
-            a missing, truncated or altered shard; naming ``--address`` for an unreachable cluster.
+        ValueError: naming ``queries`` for queries of another dimension than the store's (both named),
+            or a query of zero norm under ``"cosine"``; naming the file for a store of another model, a
+            missing, truncated or altered shard; naming ``--address`` for an unreachable cluster.
     """
     from contrastlab.scale.cluster import ray_session
+    from contrastlab.search.sharded import unit_rows
+    from contrastlab.search.store import EmbeddingStore
 
+    metric = check_choice("metric", metric, ("cosine", "ip"))
+    store = EmbeddingStore.open(path, model=None if model is None else {"name": model})
+    if queries.ndim != 2 or queries.shape[1] != store.dim:
+        raise ValueError(
+            f"queries: shape {tuple(queries.shape)} is not (Q, {store.dim}): the store {store.path} holds "
+            f"{store.dim}-dimensional embeddings, the queries are {queries.shape[-1]}-dimensional"
+        )
+    unit = unit_rows("queries", queries) if metric == "cosine" else queries  # before Ray starts
     with contextlib.ExitStack() as stack:
         ray = stack.enter_context(ray_session(engine.address, temp_dir=temp_dir)) if engine.is_ray else None
-        expect = None if model is None else {"name": model}
-        corpus = open_store_search(path, ray=ray, metric=metric, model=expect, dim=int(queries.shape[1]))
+        corpus = open_store_search(path, ray=ray, metric=metric, dim=store.dim)
         stack.callback(corpus.close)
         excl = np.arange(queries.shape[0]) if exclude_self else None
-        res = corpus.search(queries, k, exclude_ids=excl)
-        log_z = None if temperature is None else corpus.log_partition(queries, temperature=temperature).numpy()
+        res = corpus.search(queries, k, exclude_ids=excl)  # the index normalises them as it normalised its rows
+        log_z = None if temperature is None else corpus.log_partition(unit, temperature=temperature).numpy()
         return res, log_z
 
 

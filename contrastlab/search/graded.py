@@ -109,8 +109,25 @@ class Judgements:
         return out
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """``(Q, K)`` grade of each retrieved document position (0 where unjudged or ``ids == −1``)."""
-        q_of = np.repeat(np.arange(self.num_queries, dtype=np.int64), np.diff(self.indptr))
+        """``(Q, K)`` grade of each retrieved document position (0 where unjudged or ``ids == −1``).
+
+        With few judgements per query (at most 16) each retrieved id is compared with the query's judged ids
+        directly; otherwise it is found by a binary search among every (query, document) key.
+        """
+        counts = np.diff(self.indptr)
+        width = int(counts.max()) if counts.size else 0
+        if 0 < width <= 16:
+            judged = np.full((self.num_queries, width), -2, dtype=np.int64)  # -2 matches no id (empty is -1)
+            grades = np.zeros((self.num_queries, width), dtype=np.int64)
+            rows = np.repeat(np.arange(self.num_queries), counts)
+            cols = np.arange(self.doc.size) - self.indptr[rows]
+            judged[rows, cols] = self.doc
+            grades[rows, cols] = self.grade
+            out = np.zeros(ids.shape, dtype=np.int64)
+            for c in range(width):  # a document is judged at most once per query: the matches are disjoint
+                out += np.where(ids == judged[:, c : c + 1], grades[:, c : c + 1], 0)
+            return out
+        q_of = np.repeat(np.arange(self.num_queries, dtype=np.int64), counts)
         keys = q_of * self.num_documents + self.doc  # increasing: queries in order, documents sorted within
         wanted = np.arange(ids.shape[0], dtype=np.int64)[:, None] * self.num_documents + ids
         pos = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
@@ -191,12 +208,32 @@ def rank_run(ids: np.ndarray, scores: np.ndarray, ties: np.ndarray) -> tuple[np.
     if ((ids < -1) | (ids >= ties.size)).any():
         raise ValueError(f"ids must be document positions in [0, {ties.size}) or -1")
     empty = ids < 0
-    key = np.where(empty, ties.size, np.asarray(ties)[np.where(empty, 0, ids)])
     neg = np.where(empty, np.inf, -scores)
     if np.isnan(neg).any():
         raise ValueError("scores must not be NaN")
-    order = np.lexsort((key, neg), axis=-1)
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)
+    if neg.shape[1] < 2:
+        return ids, scores
+    # by score first (a search's output is already in that order: then no sort) ...
+    if not (neg[:, 1:] >= neg[:, :-1]).all():
+        first = np.argsort(neg, axis=1, kind="stable")
+        ids, scores, neg = (np.take_along_axis(x, first, 1) for x in (ids, scores, neg))
+    # ... then each run of equal scores by the tie key, touching only the tied entries
+    equal = neg[:, 1:] == neg[:, :-1]  # (Q, K − 1): entry j + 1 ties with entry j
+    if not equal.any():
+        return ids, scores
+    tied = np.zeros(neg.shape, dtype=bool)
+    tied[:, 1:] |= equal
+    tied[:, :-1] |= equal
+    rows, cols = np.nonzero(tied)  # row-major: each run of equal scores is contiguous here
+    starts = np.ones(rows.size, dtype=np.int64)
+    starts[1:] = ~((rows[1:] == rows[:-1]) & (cols[1:] == cols[:-1] + 1) & equal[rows[1:], cols[1:] - 1])
+    run_of = np.cumsum(starts)  # which run each tied entry belongs to, increasing
+    tied_ids = ids[rows, cols]
+    key = np.where(tied_ids < 0, ties.size, ties[np.maximum(tied_ids, 0)])
+    order = np.argsort(run_of * (ties.size + 1) + key, kind="stable")
+    ids = ids.copy()
+    ids[rows, cols] = tied_ids[order]  # equal scores: only the ids move
+    return ids, scores
 
 
 def graded_metrics(

@@ -37,7 +37,14 @@ import torch
 from torch import Tensor
 
 from contrastlab._checks import check_choice
-from contrastlab.search.index import EmbeddingIndex, SearchResult, _int_vector, _positive_int, as_float32_matrix
+from contrastlab.search.index import (
+    EmbeddingIndex,
+    SearchResult,
+    _int_vector,
+    _normalized,
+    _positive_int,
+    as_float32_matrix,
+)
 from contrastlab.search.softmax import (
     SoftmaxSearch,
     _as_tensor,
@@ -49,6 +56,7 @@ from contrastlab.search.softmax import (
 
 __all__ = [
     "split_rows",
+    "unit_rows",
     "ShardInfo",
     "ShardSearcher",
     "ShardGroup",
@@ -68,6 +76,29 @@ def split_rows(embeddings: np.ndarray, shards: int) -> list[tuple[np.ndarray, np
     """
     rows = np.array_split(np.arange(embeddings.shape[0]), min(shards, embeddings.shape[0]))
     return [(r, embeddings[r]) for r in rows]
+
+
+def unit_rows(name: str, x: Tensor | np.ndarray) -> Tensor:
+    """The rows of ``x`` L2-normalised exactly as a cosine :class:`ShardSearcher` normalises its own rows.
+
+    float32 rows as the faiss index stores them (a float32 division by the float32 norm), float64 rows in
+    float64 (``torch.nn.functional.normalize``); other dtypes are cast to float32 first. Queries normalised
+    here give the softmax-search logits of the unit query against the unit documents, whatever their norm.
+
+    Shape:
+        x: ``(n, D)``. Returns ``(n, D)`` float32 or float64.
+
+    Raises:
+        ValueError, TypeError: naming ``name``: not ``(n, D)`` floats, a non-finite entry, or a row of zero norm
+            (it has no direction).
+    """
+    t = _as_tensor(name, x).detach().cpu()  # (n, D), finite
+    if t.dtype != torch.float64:
+        return torch.from_numpy(_normalized(name, as_float32_matrix(name, t)))
+    zero = torch.nonzero(torch.linalg.vector_norm(t, dim=1) == 0)
+    if zero.numel():
+        raise ValueError(f"{name} row {int(zero[0, 0])} has zero norm; cosine similarity is undefined for it")
+    return torch.nn.functional.normalize(t, dim=1)
 
 
 TIE_MARGIN = 32
@@ -186,9 +217,9 @@ class ShardSearcher:
 
     The softmax-search logits are ``scale · ⟨q, ξ⟩`` over the shard's vectors ``ξ``: the embeddings as
     given for ``metric="ip"``; for ``metric="cosine"`` their unit vectors — float32 ones exactly as the
-    index stores them, float64 ones normalised in float64 (``torch.nn.functional.normalize``). Queries are
-    used as given by the softmax-search methods (pass unit vectors for cosine logits); the top-k
-    normalises them as the index does.
+    index stores them, float64 ones normalised in float64 (:func:`unit_rows`). Queries are
+    used as given by the softmax-search methods (pass :func:`unit_rows` of them for cosine logits); the
+    top-k normalises them as the index does.
 
     Memory: the index's float32 copy plus the vectors (``2 × rows × D`` numbers).
 
@@ -212,7 +243,7 @@ class ShardSearcher:
         elif emb.dtype == torch.float32:
             self.vectors = torch.from_numpy(self.index.vectors())
         else:
-            self.vectors = torch.nn.functional.normalize(emb, dim=1)
+            self.vectors = unit_rows("embeddings", emb)
         self._sorted = np.argsort(self.ids, kind="stable")
 
     def info(self) -> ShardInfo:

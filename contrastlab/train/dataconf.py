@@ -35,6 +35,8 @@ __all__ = [
     "dump_config",
     "field_docs",
     "describe_fields",
+    "format_value",
+    "LIST_FORMS",
 ]
 
 T = TypeVar("T")
@@ -238,17 +240,75 @@ def _parse_text(text: str, tp: Any, path: str) -> Any:
             return True
         if low in ("false", "no", "0", "off"):
             return False
+    listed = _list_type(tp)
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
-        if origin in (tuple, list):  # comma-separated: 64,64
-            return [_parse_text(t.strip(), args[0] if args else Any, path) for t in text.split(",") if t.strip()]
+        if listed is not None:  # 64,64 or linear,monomial or [linear, monomial]
+            return _parse_list(text, listed, path)
         if origin in (Union, types.UnionType) and str in args:
             return text
         raise ConfigError(f"{path} must be {_type_name(tp)}, got {text!r}") from None
-    if origin in (tuple, list) and isinstance(value, (int, float)) and not isinstance(value, bool):
+    if listed is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value]
     return value
+
+
+def _list_type(tp: Any) -> Any:
+    """The list (tuple) annotation of a field: ``tp`` itself, or the one list member of a union; else ``None``."""
+    if typing.get_origin(tp) in (tuple, list):
+        return tp
+    if typing.get_origin(tp) in (Union, types.UnionType):
+        lists = [a for a in typing.get_args(tp) if typing.get_origin(a) in (tuple, list)]
+        return lists[0] if len(lists) == 1 else None
+    return None
+
+
+def _parse_list(text: str, tp: Any, path: str) -> list[Any]:
+    """A list typed on the command line: ``a,b,c``, or bracketed ``[a, b, c]`` (items optionally quoted).
+
+    Each item is parsed for the element type (``tuple[int, ...]``: ints; ``tuple[float, float]``: per position).
+    """
+    inner = text.strip()
+    if len(inner) >= 2 and (inner[0], inner[-1]) in (("[", "]"), ("(", ")")):
+        inner = inner[1:-1]
+    items = [t.strip() for t in inner.split(",")]
+    if items[-1] == "":  # "" is the empty list; "a,b," a trailing comma
+        items.pop()
+    if "" in items:
+        raise ConfigError(f"{path} has an empty item in {text!r}; {LIST_FORMS}")
+    args = typing.get_args(tp)
+    homogeneous = not args or (len(args) == 2 and args[1] is Ellipsis)
+    out = []
+    for i, item in enumerate(items):
+        if len(item) >= 2 and item[0] == item[-1] and item[0] in "'\"":
+            item = item[1:-1]
+        elem = (args[0] if args else Any) if homogeneous else (args[i] if i < len(args) else Any)
+        out.append(item if elem is Any else _parse_text(item, elem, f"{path}[{i}]"))
+    return out
+
+
+LIST_FORMS = "a list is comma-separated (a,b,c) or bracketed ('[a, b, c]')"
+"""How a list-valued field is written on the command line; both forms are read (and ``--help`` shows the first)."""
+
+
+def format_value(value: Any) -> str:
+    """A field value as it is typed on the command line: lists comma-separated (``linear,monomial``, ``[]``).
+
+    A list whose items would not read back that way (strings holding commas, brackets or quotes, nested
+    lists) is shown bracketed, as :func:`ast.literal_eval` reads it.
+    """
+    plain = to_dict_value(value)
+    if not isinstance(plain, list):
+        return repr(plain)
+    if not plain:
+        return "[]"
+    simple = all(
+        (isinstance(v, (int, float)) and not isinstance(v, bool))
+        or (isinstance(v, str) and v == v.strip() and v and not set(v) & set(",[]()'\""))
+        for v in plain
+    )
+    return ",".join(str(v) for v in plain) if simple else repr(plain)
 
 
 def parse_overrides(argv: Sequence[str]) -> dict[str, str]:
@@ -481,7 +541,7 @@ def describe_fields(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
         if dataclasses.is_dataclass(tp):
             rows.extend(describe_fields(tp, f"{prefix}{f.name}."))  # type: ignore[arg-type]
             continue
-        shown = "required" if default is dc.MISSING else repr(to_dict_value(default))
+        shown = "required" if default is dc.MISSING else format_value(default)
         rows.append((f"--{prefix}{f.name}", shown, docs.get(f.name, "")))
     return rows
 

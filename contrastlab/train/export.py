@@ -41,7 +41,13 @@ def _similarity(normalize: bool) -> str:
 
 
 def save_sentence_transformers(
-    encoder: nn.Module, folder: str | Path, *, normalize: bool, about: dict[str, Any], card: str | None = None
+    encoder: nn.Module,
+    folder: str | Path,
+    *,
+    normalize: bool,
+    about: dict[str, Any],
+    prompts: dict[str, str] | None = None,
+    card: str | None = None,
 ) -> Path:
     """Write a :class:`~contrastlab.models.text.TransformerTextEncoder` as a sentence-transformers folder.
 
@@ -53,6 +59,8 @@ def save_sentence_transformers(
         folder: the output folder.
         normalize: whether the training loss normalised the embeddings (the folder's similarity: cosine or dot).
         about: provenance written to ``contrastlab.json`` in the folder (the run, the step).
+        prompts: the run's prompts by name (``{"query": "query: ", "document": "passage: "}``), saved as the
+            model's ``prompts``, so ``encode(texts, prompt_name="query")`` puts them before the texts.
         card: the model card written as the folder's ``README.md`` (:func:`contrastlab.train.model_card.model_card`).
 
     Returns:
@@ -74,7 +82,12 @@ def save_sentence_transformers(
     from contrastlab.models.lora import merge_lora
 
     modules = [merge_lora(copy.deepcopy(m).cpu()) for m in text.body]  # LoRA adapters folded into the weights
-    model = SentenceTransformer(modules=modules, device="cpu", similarity_fn_name=_similarity(normalize))  # type: ignore[arg-type]
+    model = SentenceTransformer(
+        modules=modules,  # type: ignore[arg-type]
+        device="cpu",
+        similarity_fn_name=_similarity(normalize),
+        prompts=dict(prompts or {}),
+    )
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         with hf_progress_bars(False):  # transformers' "Writing model shards"
@@ -96,6 +109,9 @@ def save_sentence_transformers(
 
 def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[TransformerTextEncoder, dict[str, Any], int]:
     """The text encoder of a ``contrastlab train`` run, with its newest checkpoint's weights, in eval mode.
+
+    A run that selects its checkpoint by a dev metric (``select.metric``) gives the selected step's weights,
+    which its newest checkpoint holds beside the last step's.
 
     Returns:
         ``(encoder, the run's config.json as a dict, step)``; the encoder is the representation (without a
@@ -130,10 +146,14 @@ def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[Trans
     LoRAConfig.from_run(e).apply(text)  # the run's adapters, if it trained any, before its weights load
     proj = int(e.get("proj_dim") or 0)
     model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
+    weights, step = state["model"], int(state["step"])
+    selected = (state.get("extra") or {}).get("select")  # select.metric: the selected step's weights
+    if selected is not None and int(selected["best_step"]) >= 0:
+        weights, step = selected["best_weights"], int(selected["best_step"])
     # a learnable τ or bias (``loss_parameters.*``) trained beside the encoder is no part of the text model
-    model.load_state_dict({k: v for k, v in state["model"].items() if not k.startswith("loss_parameters.")})
+    model.load_state_dict({k: v for k, v in weights.items() if not k.startswith("loss_parameters.")})
     text.to(device).eval()
-    return text, cfg, int(state["step"])
+    return text, cfg, step
 
 
 def export_run(run_dir: str | Path, folder: str | Path) -> Path:
@@ -154,7 +174,10 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
         "encoder": cfg["encoder"]["name"],
         "loss": loss.get("name"),
     }
-    return save_sentence_transformers(encoder, out, normalize=bool(loss.get("normalize", True)), about=about, card=card)
+    prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v}
+    return save_sentence_transformers(
+        encoder, out, normalize=bool(loss.get("normalize", True)), about=about, prompts=prompts, card=card
+    )
 
 
 def run_card(run_dir: str | Path, cfg: dict[str, Any], step: int) -> str:

@@ -185,6 +185,7 @@ def call_loss(
     gather: bool = False,
     parameters: LossParameters | None = None,
     matryoshka: MatryoshkaConfig | None = None,
+    weights: Tensor | None = None,
     teacher_scores: Tensor | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
@@ -205,6 +206,7 @@ def call_loss(
         gather: contrast with every rank's candidates under torchrun (a no-op in one process).
         parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
         matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
+        weights: ``(N, M)`` per-candidate weights of a loss that takes them (0 leaves a false negative out).
         teacher_scores: ``(N, 1 + K)`` a teacher's scores of each anchor's positive and negatives (the
             distillation losses; passed by keyword, so matryoshka prefixes never truncate them).
 
@@ -222,6 +224,8 @@ def call_loss(
     if "gather" in params:
         kwargs["gather"] = gather
     kwargs.update(config.options_for_call())
+    if weights is not None:
+        kwargs["weights"] = weights
     if "teacher_scores" in params:
         if teacher_scores is None:
             raise ValueError(f"teacher_scores must be given for loss {config.name!r}")
@@ -256,9 +260,12 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
     def loss(emb: Tensor, batch: dict[str, Tensor]) -> Tensor:
         n, raw = batch["anchor"].shape[0], batch.get("negatives")
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
+        false_negative = batch.get("false_negative")  # (n, N) of data.text.false_negatives: mask
+        weights = None if false_negative is None else (~false_negative).to(emb.dtype)
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
-            parameters=parameters, matryoshka=config.matryoshka, teacher_scores=batch.get("teacher_scores"),
+            parameters=parameters, matryoshka=config.matryoshka, weights=weights,
+            teacher_scores=batch.get("teacher_scores"),
         )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)
@@ -408,6 +415,21 @@ def peak_memory(device: torch.device) -> dict[str, Any]:
     return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "what": "process peak RSS (ru_maxrss)"}
 
 
+def _select_best(config: JobConfig, selector: Any, steps: int) -> dict[str, Any] | None:
+    """Load the selected weights into the model (``select.metric``); the record of what was selected."""
+    if selector is None:
+        return None
+    step = selector.load_best()
+    return {
+        "metric": config.select.metric,
+        "mode": config.select.mode,
+        "step": step,
+        "value": selector.best_value,
+        "last_step": steps,
+        "stopped_early": steps < config.train.steps,
+    }
+
+
 def run_job(
     config: JobConfig, out_dir: str | Path, *, resume: bool = False, write_results: bool = True
 ) -> dict[str, Any]:
@@ -435,29 +457,36 @@ def run_job(
     from contrastlab import distributed as cd
     from contrastlab.host import host_info
     from contrastlab.io import write_json_atomic
+    from contrastlab.train.dev_eval import build_dev, with_dev_metrics
+    from contrastlab.train.select import Selector
     from contrastlab.train.trainer import fit
 
     source = build_source(config)
     check_job(config, source)
+    dev = build_dev(config, source)  # a dev set that does not read fails before anything is written
     torch.manual_seed(config.train.seed)  # the encoder's initialisation
     model = build_encoder(config, source)  # before anything is written: a model that cannot load fails cleanly
+    selector = Selector(config.select, model) if config.select.enabled else None
     is_main = cd.rank() == 0  # under torchrun, rank 0 alone writes files
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = to_dict(config)
     if is_main:
         write_json_atomic(out / "config.json", cfg)
-    eval_fn = make_eval_fn(config, source)
+    eval_fn = with_dev_metrics(config, dev, make_eval_fn(config, source), selector)
     objective, extra_state = make_objective(config, model)
+    if selector is not None:  # the best-so-far state travels in every checkpoint
+        extra_state = {**extra_state, "select": selector}
     board = _tensorboard_log(config, model, out) if is_main else None
     try:
         result = fit(
             model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
-            extra_state=extra_state, on_row=board,
+            extra_state=extra_state, should_stop=None if selector is None else selector.should_stop, on_row=board,
         )  # fmt: skip
     finally:
         if board is not None:
             board.close()
+    selected = _select_best(config, selector, result.steps)
     final = result.final_eval
     last = result.history[-1] if result.history else {}
     metrics = {"train_loss": last.get("loss"), **{f"eval_{k}": v for k, v in final.items()}}
@@ -485,6 +514,11 @@ def run_job(
         f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
         f"{extras}."
     )
+    if selected is not None:
+        summary += (
+            f" Selected step {selected['step']} by {selected['metric']} = {selected['value']:.4f}"
+            f"{' (stopped early)' if selected['stopped_early'] else ''}."
+        )
     results: dict[str, Any] = {
         "name": "train",
         "summary": summary,
@@ -505,6 +539,7 @@ def run_job(
         "peak_memory": peak_memory(next(result.model.parameters()).device),
         "resumed_from": result.resumed_from,
         "host": host_info(),
+        **({"selected": selected} if selected is not None else {}),
     }
     cols = results["tables"][0]["columns"]
     results["tables"][0]["rows"] = [[r.get(c) for c in cols] for r in result.history if any(k in r for k in cols[1:])]
@@ -516,14 +551,17 @@ def run_job(
 
         about = {
             "run": str(out.resolve()),
-            "step": result.steps,
+            "step": result.steps if selected is None else selected["step"],
             "encoder": config.encoder.name,
             "loss": config.loss.name,
         }
-        results["model_step"] = result.steps
+        results["model_step"] = about["step"]
         results["learned"] = learned.values() if learned is not None else {}
-        card = run_card_from_results(cfg, results, result.steps)
-        save_sentence_transformers(model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about, card=card)
+        card = run_card_from_results(cfg, results, about["step"])
+        save_sentence_transformers(
+            model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about,
+            prompts=config.prompts.as_st_prompts(), card=card,
+        )  # fmt: skip
         results["model_folder"] = MODEL_FOLDER
     if write_results and is_main:
         import datetime as _dt

@@ -21,6 +21,9 @@ from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, from_dict
 from contrastlab.train.lora import LoRAConfig
 from contrastlab.train.matryoshka import MatryoshkaConfig
+from contrastlab.train.prompts import PromptsConfig
+from contrastlab.train.select import SelectConfig
+from contrastlab.train.sources_config import SourcesConfig
 from contrastlab.train.tensorboard import LogConfig
 
 __all__ = [
@@ -88,6 +91,11 @@ class TextDataConfig:
     """the split of a saved DatasetDict"""
     sources: tuple[str, ...] = ("stdlib",)
     """code corpus: where its docstrings come from (stdlib, numpy, scipy, torch, sklearn)"""
+    false_negatives: Literal["sampler", "mask", "off"] = "sampler"
+    """keep duplicates out of each other's negatives — two rows sharing a text (the same token ids) or a
+    row whose text is another positive of the other's anchor: sampler (the default: such rows never share
+    a batch, so every anchor keeps N − 1 negatives, for every loss), mask (batches as drawn, those columns
+    left out of the loss's sums through its per-candidate `weights`: info_nce, dcl), off"""
     teacher_scores: str | None = None
     """a teacher's scores of each row's positive and negatives, as `contrastlab mine --teacher` writes them
     (PAIRS.teacher.jsonl), for the distillation losses margin_mse and distill_kl"""
@@ -108,7 +116,7 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, text, digits, cifar10,
+    """dataset, a key of contrastlab.train.sources.DATA_BUILDERS: sphere, concepts, pairs, text, sources, digits, cifar10,
     cifar100, cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
@@ -128,6 +136,8 @@ class DataConfig:
     """concepts: the concept world"""
     text: TextDataConfig = field(default_factory=TextDataConfig)
     """text: the pairs file or the code corpus"""
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    """sources: several text datasets (pairs files, BEIR tasks) and how batches are drawn from them"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -443,6 +453,10 @@ class JobConfig:
     """where metrics go besides metrics.jsonl (TensorBoard)"""
     out: str | None = None
     """output folder (default runs/train-YYYYmmdd-HHMMSS; --out overrides)"""
+    select: SelectConfig = field(default_factory=SelectConfig)
+    """the dev metric that picks the exported checkpoint, and early stopping (metric null: the last step)"""
+    prompts: PromptsConfig = field(default_factory=PromptsConfig)
+    """text runs: the strings put before each query and each document text"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -470,8 +484,23 @@ class JobConfig:
             raise ConfigError(
                 "matryoshka.dims: the negative queue holds full-width keys; use matryoshka without a queue"
             )
+        self._check_select_and_prompts()
         if self.data.name == "sphere" and self.eval.n < 2 * (self.encoder.out_dim + 2):
             raise ConfigError(
                 f"eval.n must be >= {2 * (self.encoder.out_dim + 2)} on sphere: the held-out latent R² fits on half "
                 f"the rows and scores the other half, each needing encoder.out_dim + 2 = {self.encoder.out_dim + 2}"
+            )
+
+    def _check_select_and_prompts(self) -> None:
+        from contrastlab.models.text import TEXT_ENCODERS
+
+        if self.select.patience and not self.train.eval_every:
+            raise ConfigError(
+                f"select.patience ({self.select.patience}) needs train.eval_every > 0: early stopping counts evaluations"
+            )
+        if self.prompts.enabled and self.encoder.name not in TEXT_ENCODERS:
+            which = "query" if self.prompts.query else "document"
+            raise ConfigError(
+                f"prompts.{which}: encoder {self.encoder.name!r} has no text columns to put a prompt before "
+                f"(prompts apply to the text encoders {', '.join(sorted(TEXT_ENCODERS))})"
             )

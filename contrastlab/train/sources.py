@@ -12,6 +12,8 @@ Entries:
 * ``text`` — (anchor, positive[, negatives…]) text pairs from a TSV / CSV / JSONL file or a saved Hugging
   Face dataset, or by default the docstring code corpus of the installed Python (:mod:`contrastlab.train.texts`),
   for the text encoders of :data:`contrastlab.models.text.TEXT_ENCODERS`;
+* ``sources`` — several text datasets (pairs files, BEIR tasks) with round-robin or proportional sampling
+  (:mod:`contrastlab.train.text_sources`);
 * every file-backed image dataset of :data:`contrastlab.data.registry.DATASETS` (``digits``, ``cifar10``,
   ``cifar100``, ``cifar10h``, ``stl10``, ``svhn``, ``imagenet32``, ``tiny-imagenet``) — SimCLR's two views
   per image (:class:`~contrastlab.data.views.TwoViewBatches`) through an augmentation pipeline of
@@ -36,6 +38,7 @@ from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
 from contrastlab.train.job_config import JobConfig
 from contrastlab.train.pairs import build_pairs
+from contrastlab.train.text_sources import build_sources
 from contrastlab.train.texts import build_texts
 
 if TYPE_CHECKING:
@@ -182,6 +185,7 @@ DATA_BUILDERS: dict[str, Callable[[JobConfig], DataSource]] = {
     "concepts": build_concepts,
     "pairs": build_pairs,
     "text": build_texts,
+    "sources": build_sources,
     **_image_builders(),
 }
 """Dataset name → ``build(config) -> DataSource``; ``data.name`` of a job is a key of this dict."""

@@ -10,10 +10,15 @@
   evaluating on ``eval.n`` pairs of its ``test`` split drawn with ``eval.seed``. Its provenance (versions,
   counts, SHA-256) is returned with the source and recorded in ``results.json``.
 
-Batches are drawn by an :class:`~contrastlab.data.sampler.EpochSampler` seeded by ``train.seed`` (a pure
-function of the step, so resume is exact) and carry the texts as ``(N, L)`` code-point rows
+Batches are drawn by a :class:`~contrastlab.data.conflict_free.ConflictFreeSampler` seeded by
+``train.seed`` (``data.text.false_negatives: sampler``, the default: no two rows of a batch share a text —
+the same token ids — or pair one's anchor with another positive of it), or an
+:class:`~contrastlab.data.sampler.EpochSampler` (``mask``: the batch then carries ``"false_negative"``, the
+``(N, N)`` :func:`~contrastlab.data.conflict_free.false_negative_mask` the job turns into the loss's
+``weights``; ``off``); both are pure functions of the step, so resume is exact. Batches carry the texts as ``(N, L)`` code-point rows
 (:mod:`contrastlab.data.text_codes`), which a text encoder of :data:`contrastlab.models.text.TEXT_ENCODERS`
-tokenises. ``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
+tokenises; ``prompts.query`` is put before each anchor and ``prompts.document`` before every other text.
+``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
 two texts as the positives of one another. A file's negative columns become ``"negatives"``, ``(N, K, L)``
 per-anchor hard negatives, which the job embeds with the anchors and positives; they need a loss that
 takes them as per-anchor negatives (``info_nce``, ``dcl``).
@@ -22,23 +27,26 @@ takes them as per-anchor negatives (``info_nce``, ``dcl``).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from contrastlab.data.conflict_free import ConflictFreeSampler, false_negative_mask
 from contrastlab.data.sampler import EpochSampler
 from contrastlab.data.text_codes import texts_to_codes
 from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.job_config import JobConfig
+from contrastlab.train.job_config import JobConfig, loss_registry, loss_signature, takes_teacher_scores
 
 if TYPE_CHECKING:
     from contrastlab.data.code_corpus import CodeCorpus
     from contrastlab.data.text_pairs import TextPairs
+    from contrastlab.train.prompts import PromptsConfig
 
-__all__ = ["build_texts", "NEGATIVE_LOSSES"]
+__all__ = ["build_texts", "text_batch", "row_keys", "train_sampler", "NEGATIVE_LOSSES"]
 
 NEGATIVE_LOSSES = ("info_nce", "dcl")
 """Losses that take a file's negative columns as per-anchor hard negatives ``(N, K, D)``."""
@@ -87,6 +95,80 @@ def _held_out(config: JobConfig) -> tuple[TextPairs, TextPairs, dict[str, Any]]:
     return train, held, provenance
 
 
+def text_batch(
+    pairs: TextPairs, idx: list[int], offset: int, negatives: int, prompts: PromptsConfig
+) -> dict[str, Tensor]:
+    """The batch of rows ``idx`` of ``pairs``, the texts as code-point rows with their prompts.
+
+    ``"labels"`` is ``offset`` + the row number; the first ``negatives`` negative columns become ``(n, K, L)``.
+    """
+    # one tensor for all the batch's texts: anchors, positives and negatives share the padded width L,
+    # so the job can stack them into the one (R, L) input the encoder embeds
+    n = len(idx)
+    q, d = prompts.query, prompts.document  # the run's prompts, before each column's texts
+    texts = [q + pairs.rows[i][0] for i in idx] + [d + pairs.rows[i][1] for i in idx]
+    texts += [d + pairs.rows[i][2 + j] for i in idx for j in range(negatives)]
+    codes = texts_to_codes(texts)  # (n·(2 + K), L)
+    batch = {
+        "anchor": codes[:n],
+        "positive": codes[n : 2 * n],
+        "labels": torch.tensor([offset + i for i in idx], dtype=torch.int64),
+    }
+    if negatives:
+        batch["negatives"] = codes[2 * n :].view(n, negatives, codes.shape[1])  # (n, K, L)
+    return batch
+
+
+def row_keys(config: JobConfig, pairs: TextPairs) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """(own, protected) keys of each row for :mod:`contrastlab.data.conflict_free`.
+
+    A row's own keys are the ids of its texts (one id per distinct token-id sequence,
+    :func:`~contrastlab.train.text_keys.text_keys`); its protected keys are the positives of every row
+    with the same anchor (a query's other relevant documents).
+    """
+    from contrastlab.train.text_keys import text_keys
+
+    distinct = sorted({t for r in pairs.rows for t in r})
+    key_of = dict(zip(distinct, text_keys(config.encoder, distinct), strict=True))
+    ids: dict[tuple[int, ...], int] = {}
+    own = [tuple(ids.setdefault(key_of[t], len(ids)) for t in r) for r in pairs.rows]
+    group: dict[int, list[int]] = {}
+    for r in own:
+        group.setdefault(r[0], []).append(r[1])
+    protected = [tuple(group[r[0]]) for r in own]
+    return own, protected
+
+
+def train_sampler(
+    config: JobConfig, train: TextPairs, seed: int
+) -> tuple[Callable[[int], Tensor], list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The batch sampler of ``data.text.false_negatives`` over ``train`` and the rows' keys (empty when ``off``).
+
+    Raises:
+        contrastlab.train.ConfigError: ``mask`` with a loss that cannot leave columns out, or no conflict-free
+            batch of ``data.batch_size`` rows.
+    """
+    mode, batch_size = config.data.text.false_negatives, config.data.batch_size
+    if mode == "off":
+        return EpochSampler(len(train), batch_size, seed=seed), [], []
+    if mode == "mask":
+        params = loss_signature(loss_registry()[config.loss.name])
+        if "weights" not in params or config.loss.symmetric or train.num_negatives:
+            raise ConfigError(
+                f"data.text.false_negatives 'mask' needs a loss with per-candidate weights (info_nce, dcl), "
+                f"symmetric false and no negative columns; got loss {config.loss.name!r}, symmetric="
+                f"{config.loss.symmetric}, {train.num_negatives} negative column(s) (use 'sampler')"
+            )
+    own, protected = row_keys(config, train)
+    if mode == "mask":
+        return EpochSampler(len(train), batch_size, seed=seed), own, protected
+    try:
+        sampler = ConflictFreeSampler(own, batch_size, protected=protected, seed=seed, drop_last=True)
+    except ValueError as e:
+        raise ConfigError(f"data.{e} (data.text.false_negatives 'sampler')") from None
+    return sampler, own, protected
+
+
 def build_texts(config: JobConfig) -> DataSource:
     """The ``text`` data source (see the module docstring).
 
@@ -101,8 +183,6 @@ def build_texts(config: JobConfig) -> DataSource:
         raise ConfigError(f"data.batch_size ({batch_size}) exceeds the {len(train)} training pairs of {train.name}")
     k = train.num_negatives
     scores = _teacher_scores(config, train, held)
-    from contrastlab.train.job_config import loss_registry, takes_teacher_scores
-
     if k and scores is None and takes_teacher_scores(loss_registry()[config.loss.name]):
         raise ConfigError(
             f"loss.name {config.loss.name!r} distils a teacher's scores of the {k} negative column(s); set "
@@ -113,28 +193,21 @@ def build_texts(config: JobConfig) -> DataSource:
             f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
             f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
         )
-    sampler = EpochSampler(len(train), batch_size, seed=config.train.seed)
+    sampler, own, protected = train_sampler(config, train, config.train.seed)
+    mask_batches = config.data.text.false_negatives == "mask"
 
     def rows_of(pairs: TextPairs, idx: list[int], offset: int, negatives: int) -> dict[str, Tensor]:
-        # one tensor for all the batch's texts: anchors, positives and negatives share the padded width L,
-        # so the job can stack them into the one (R, L) input the encoder embeds
-        n = len(idx)
-        texts = [pairs.rows[i][j] for j in range(2) for i in idx]
-        texts += [pairs.rows[i][2 + j] for i in idx for j in range(negatives)]
-        codes = texts_to_codes(texts)  # (n·(2 + K), L)
-        batch = {
-            "anchor": codes[:n],
-            "positive": codes[n : 2 * n],
-            "labels": torch.tensor([offset + i for i in idx], dtype=torch.int64),
-        }
-        if negatives:
-            batch["negatives"] = codes[2 * n :].view(n, negatives, codes.shape[1])  # (n, K, L)
-            if scores is not None and pairs is train:
-                batch["teacher_scores"] = scores[idx]  # (n, 1 + K)
+        batch = text_batch(pairs, idx, offset, negatives, config.prompts)
+        if negatives and scores is not None and pairs is train:
+            batch["teacher_scores"] = scores[idx]  # (n, 1 + K): the teacher's scores of these rows
         return batch
 
     def batch_at(step: int) -> dict[str, Tensor]:
-        return rows_of(train, sampler(step).tolist(), 0, k)
+        idx = sampler(step).tolist()
+        batch = rows_of(train, idx, 0, k)
+        if mask_batches:
+            batch["false_negative"] = false_negative_mask([own[i] for i in idx], [protected[i] for i in idx])
+        return batch
 
     return DataSource(
         kind="texts",

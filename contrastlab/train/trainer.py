@@ -266,6 +266,7 @@ def fit(
     on_step: Callable[[nn.Module, int, Tensor], None] | None = None,
     extra_state: Mapping[str, Stateful] | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` optimiser steps.
 
@@ -300,6 +301,8 @@ def fit(
             in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.NegativeQueue`).
         on_row: called on rank 0 with each row after it is appended to ``metrics.jsonl`` (e.g. a
             :class:`~contrastlab.train.tensorboard.TensorBoardLog`).
+        should_stop: asked after each evaluation (and before the first step of a resumed run): True ends
+            training early, with a checkpoint at that step (early stopping; its state belongs in ``extra_state``).
 
     Returns:
         A :class:`TrainResult`; the model is in eval mode.
@@ -450,7 +453,11 @@ def fit(
     model.train()
     try:
         with _SignalCatcher(out is not None) as signals, metrics_file() as mfile:
+            stopped = should_stop is not None and should_stop()  # a resumed run that had stopped early
+            last = start
             for step in range(start, config.steps):
+                if stopped:
+                    break
                 lr = schedule.apply(step)
                 batch = batch_at(step)
                 if distributed and not per_rank_batches:
@@ -504,9 +511,14 @@ def fit(
                     loss_sum.zero_()
                     loss_count = 0
                     last_loss = mean_loss
+                last = done
                 if done == config.steps or (config.eval_every and done % config.eval_every == 0):
                     ev = run_eval(done)
-                    if done == config.steps:
+                    stopped = should_stop is not None and should_stop()
+                    if distributed and should_stop is not None:  # rank 0 alone evaluates: every rank stops with it
+                        flag = torch.tensor(float(stopped), dtype=torch.float64, device=device)
+                        stopped = float(cd.all_reduce_sum(flag)) > 0
+                    if done == config.steps or stopped:
                         final_eval = ev
                     row = {"step": done, **row, **{f"eval/{k}": v for k, v in ev.items()}}
                 if row:
@@ -521,10 +533,10 @@ def fit(
                 if signals.received is not None:
                     checkpoint(done)
                     break
-                if done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0):
+                if stopped or done == config.steps or (config.checkpoint_every and done % config.checkpoint_every == 0):
                     checkpoint(done)
-            if start >= config.steps and eval_fn is not None:  # resumed a finished run: evaluate again
-                final_eval = run_eval(start)
+            if (start >= config.steps or (stopped and last == start)) and eval_fn is not None:
+                final_eval = run_eval(start)  # resumed a finished (or early-stopped) run: evaluate again
         cd.barrier()
     finally:
         progress.close()
@@ -538,7 +550,7 @@ def fit(
         model=model,
         history=history,
         final_eval=final_eval,
-        steps=max(config.steps, start),
+        steps=last if stopped else max(config.steps, start),
         seconds=time.perf_counter() - t_start,
         resumed_from=start,
     )

@@ -47,6 +47,35 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     assert m["num_documents"] == 240 and 0 < m["num_queries"] < 240  # every document; the non-valid queries
 
 
+def test_figure_titles_name_the_model_not_its_path_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import contrastlab.audit.run as run_module
+    import contrastlab.eval.tails as tails_module
+
+    run = tmp_path / "info_nce-seed0"
+    run.mkdir()
+    emb, pairs = _synthetic(run)
+    titles: list[str] = []
+
+    def recording(plot):  # the real plot, with its title kept
+        def wrapped(*args, **kwargs):
+            titles.append(kwargs["title"])
+            return plot(*args, **kwargs)
+
+        return wrapped
+
+    for module, name in [
+        (run_module, "plot_search"),
+        (run_module, "plot_norms"),
+        (tails_module, "plot_tail_diagnostics"),
+    ]:
+        monkeypatch.setattr(module, name, recording(getattr(module, name)))
+    res = audit(AuditConfig(model=str(emb.resolve()), pairs=str(pairs), **FAST), tmp_path / "audit")
+    assert len(titles) == 3
+    assert all(str(tmp_path) not in t and "/" not in t for t in titles), titles
+    assert titles[0] == "emb.npy" and titles[1] == "emb.npy: query → document negatives"
+    assert res["model"] == str(emb.resolve())  # results.json keeps where the model came from
+
+
 def test_retrieval_equals_the_library_evaluation(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     q = torch.tensor(rng.normal(size=(50, 8)), dtype=torch.float32)
@@ -340,3 +369,54 @@ def test_norm_figure_with_every_retrieval_right(tmp_path: Path) -> None:
         warnings.simplefilter("error", RuntimeWarning)  # an empty density histogram divides by zero
         plot_norms(np.linspace(1, 2, 20), None, np.ones(20), tmp_path / "n.png", title="all right")
     assert (tmp_path / "n.png").stat().st_size > 0
+
+
+def test_multi_positive_risk_never_draws_a_relevant_document_and_weighs_queries_equally() -> None:
+    g = torch.Generator().manual_seed(5)
+    d = torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=1)
+    q1 = torch.nn.functional.normalize(torch.randn(3, 4, generator=g, dtype=torch.float64), dim=1)
+    # query 0 has relevant documents {1, 5, 7}, query 1 has {3}, query 2 has {0, 11}: six pairs
+    rel = np.array([1, 5, 7, 3, 0, 11])
+    groups = np.array([0, 0, 0, 1, 2, 2])
+    sets = {0: [1, 5, 7], 1: [3], 2: [0, 11]}
+    exclude = np.array([sets[int(gr)] + [12] * (3 - len(sets[int(gr)])) for gr in groups])
+    q = q1[torch.as_tensor(groups)]
+    out = diag.risk_curve(
+        q, d, rel, temperature=0.5, k_max=8, generator=torch.Generator().manual_seed(2), exclude=exclude, groups=groups
+    )
+    # the limit by hand: per pair log mean_{j not relevant} e^{(s_j - s+)/τ}, then averaged within each query
+    per_pair = []
+    for p in range(6):
+        s = (d @ q[p]) / 0.5
+        others = [j for j in range(12) if j not in sets[int(groups[p])]]
+        per_pair.append(float(torch.logsumexp(s[others], 0) - math.log(len(others)) - s[rel[p]]))
+    per_query = [np.mean([per_pair[p] for p in range(6) if groups[p] == k]) for k in range(3)]
+    assert out["limit"]["mean"] == pytest.approx(float(np.mean(per_query)), abs=1e-12)
+    assert out["ks"][-1] == 8  # min(k_max, 12 - 3)
+
+
+def test_multi_positive_negatives_are_drawn_from_the_documents_not_relevant_to_the_query() -> None:
+    # every non-relevant document is the same vector v, the relevant ones differ: if no relevant document is ever
+    # drawn, the risk at k (with Whiteley's − log k) is exactly log(1/k + e^{(s_v − s+)/τ}) per pair, whatever the draw
+    g = torch.Generator().manual_seed(1)
+    m, tau = 10, 0.5
+    d = torch.nn.functional.normalize(torch.randn(m, 3, generator=g, dtype=torch.float64), dim=1)
+    relevant = [[2, 3, 7], [2, 3, 7]]  # two queries (different vectors) with the same relevant documents
+    for j in range(m):
+        if j not in relevant[0]:
+            d[j] = d[1]
+    q1 = torch.nn.functional.normalize(torch.randn(2, 3, generator=g, dtype=torch.float64), dim=1)
+    groups = np.array([0, 0, 0, 1, 1, 1])
+    rel = np.array(relevant[0] + relevant[1])
+    exclude = np.array([relevant[int(k)] for k in groups])
+    q = q1[torch.as_tensor(groups)]
+    out = diag.risk_curve(
+        q, d, rel, temperature=tau, k_max=4, generator=torch.Generator().manual_seed(9), exclude=exclude, groups=groups
+    )
+    s_v = (q @ d[1]) / tau
+    s_pos = (q * d[torch.as_tensor(rel)]).sum(1) / tau
+    for k, risk in zip(out["ks"], out["risk"]["mean"], strict=True):
+        per_pair = torch.log(1 / k + torch.exp(s_v - s_pos))
+        assert risk == pytest.approx(float(per_pair.reshape(2, 3).mean(1).mean()), abs=1e-12)
+    with pytest.raises(ValueError, match="exclude"):
+        diag.risk_curve(q[:1], d, np.array([1]), temperature=1.0, k_max=2, generator=g, exclude=exclude[:1])

@@ -1,6 +1,8 @@
 """EVT tail diagnostics: GPD recovery on exact GPD data, the isotropic-sphere shape ξ = −2/(D − 1),
-negatives with labels, the per-anchor AIC comparison, the QQ data and the figure."""
+negatives with labels, the per-anchor AIC comparison, the QQ data and the figure, whose ΔAIC panel
+draws the anchors beyond its clip."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,7 +10,10 @@ import pytest
 import torch
 from scipy import stats as sps
 
+from contrastlab import figures
 from contrastlab.eval.tails import (
+    DELTA_AIC_CLIP,
+    delta_aic_histogram,
     isotropic_xi,
     negative_cosines,
     plot_tail_diagnostics,
@@ -88,6 +93,62 @@ def test_qq_points_and_figure(tmp_path):
     rep = tail_diagnostics(z, threshold_quantile=0.98)
     out = plot_tail_diagnostics({"a": rep, "b": rep}, tmp_path / "tails.png", title="iso")
     assert out.exists() and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _bars(ax):
+    """The histogram's rectangles (``ax.patches``), left to right."""
+    return sorted(ax.patches, key=lambda p: p.get_x())
+
+
+def test_the_delta_aic_panel_counts_every_anchor_and_marks_those_beyond_the_clip():
+    # values away from the interior edges (multiples of 3), so the oracle's floor needs no tie rule
+    v = np.array([-100.0, -60.0, -59.9, -0.5, 0.0, 2.9, 3.1, 59.9, 60.0, 61.0, 1e6])
+    fig, ax = figures.subplots(figsize=(4, 3))
+    counts = delta_aic_histogram(ax, v, clip=60.0, bins=40)
+    want = np.zeros(40, dtype=int)
+    for x in v:  # naive oracle: clip, then the bin of width 3 it falls in (the last bin closed at +60)
+        c = min(max(x, -60.0), 60.0)
+        want[min(int((c + 60.0) // 3.0), 39)] += 1
+    np.testing.assert_array_equal(counts, want)
+    bars = _bars(ax)
+    assert [round(b.get_height()) for b in bars] == want.tolist()
+    assert all(b.get_width() == pytest.approx(3.0) for b in bars)
+    assert bars[0].get_x() == pytest.approx(-60.0) and bars[-1].get_x() + 3.0 == pytest.approx(60.0)
+    assert bars[0].get_hatch() == bars[-1].get_hatch() == "//"  # the two end bins hold clipped anchors
+    assert all(b.get_hatch() is None for b in bars[1:-1])
+    assert sorted(t.get_text() for t in ax.texts) == ["1 anchor < -60", "2 anchors > +60"]
+
+
+def test_every_anchor_beyond_the_clip_is_one_full_height_bar_of_the_figure(tmp_path, monkeypatch):
+    z = torch.randn(200, 8, generator=torch.Generator().manual_seed(5))
+    rep = tail_diagnostics(z, threshold_quantile=0.98)
+    r = rep.anchors.delta_aic.numel()
+    far = rep.anchors._replace(delta_aic=torch.full((r,), 250.0, dtype=rep.anchors.delta_aic.dtype))
+    drawn = []
+    monkeypatch.setattr(figures, "save_png", lambda fig, path, dpi=100: drawn.append(fig))
+    plot_tail_diagnostics(dataclasses.replace(rep, anchors=far, frac_weibull=1.0), tmp_path / "t.png")
+    (fig,) = drawn
+    ax = fig.axes[2]
+    full = [b for b in _bars(ax) if b.get_height() > 0]
+    assert len(full) == 1 and round(full[0].get_height()) == r  # every anchor, in one bar
+    lo, hi = ax.get_xlim()
+    assert full[0].get_width() == pytest.approx(2 * DELTA_AIC_CLIP / 40) and (lo, hi) == (
+        -DELTA_AIC_CLIP,
+        DELTA_AIC_CLIP,
+    )
+    assert full[0].get_x() + full[0].get_width() == pytest.approx(hi)
+    assert ax.get_ylim()[1] > full[0].get_height()  # the bar is inside the axes, not cut off
+    assert [t.get_text() for t in ax.texts] == [f"{r} anchors > +60"]
+
+
+def test_the_delta_aic_panel_refuses_nan_and_bad_bins():
+    fig, ax = figures.subplots(figsize=(4, 3))
+    with pytest.raises(ValueError, match="^delta_aic"):
+        delta_aic_histogram(ax, np.array([1.0, np.nan]))
+    with pytest.raises(ValueError, match="^clip"):
+        delta_aic_histogram(ax, np.array([1.0]), clip=0.0)
+    with pytest.raises(ValueError, match="^bins"):
+        delta_aic_histogram(ax, np.array([1.0]), bins=1)
 
 
 def test_bad_inputs_name_the_argument():

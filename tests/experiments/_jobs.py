@@ -23,8 +23,12 @@ def die() -> None:
 
 
 def sleep_forever(pid_file: str) -> None:
+    """Hold a named semaphore, as tqdm's write lock does in a Hugging Face experiment, and never end."""
+    import multiprocessing
+
+    lock = multiprocessing.RLock()  # registered with the resource tracker the worker shares with its parent
     Path(pid_file).write_text(str(os.getpid()))
-    while True:
+    while lock:
         time.sleep(0.1)
 
 

@@ -100,6 +100,9 @@ def test_ctrl_c_stops_every_worker_and_says_what_finished(tmp_path: Path, to_gro
         assert proc.returncode == 130, err
         assert "stopped slow after" in err and "Traceback" not in err
         assert "finished: quick" in err and "stopped: slow" in err
+        # the slow worker's semaphore was released when it stopped (a worker killed by SIGTERM left it to the
+        # shared resource tracker, which warned of "1 leaked semaphore objects" when the runner exited)
+        assert "resource_tracker" not in err and "leaked" not in err, err
         deadline = time.monotonic() + 10
         while not _gone(slow_pid) and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -175,3 +175,45 @@ def test_a_single_run_has_contents_and_an_experiment_with_audits_comes_first(run
     write_json_atomic(finetune / "results.json", {"name": "text-finetune", "summary": "s", "audits": {"p": "x"}})
     md, _ = write_report([a, b, finetune], tmp_path / "three")
     assert re.findall(r"^## (.+)$", md.read_text(), flags=re.M)[:3] == ["Contents", "text-finetune", "Overview"]
+
+
+def test_markdown_in_table_cells_is_rendered_in_the_html(runs, tmp_path: Path) -> None:
+    a, _ = runs
+    run = tmp_path / "md-run"
+    write_json_atomic(
+        run / "results.json",
+        {
+            "name": "norm-dynamics",
+            "summary": "**Recursion:** the norm grows on **digits** with `sgd`. Second sentence.",
+            "tables": [{"title": "T", "columns": ["**col**", "v"], "rows": [["**bold** and *it*", 1.5], [True, None]]}],
+        },
+    )
+    md, html_path = write_report([a, run], tmp_path / "report")
+    page = html_path.read_text()
+    overview = page.split('<h2 id="overview">', 1)[1].split("<h2 ", 1)[0]
+    assert "<td><strong>Recursion:</strong> the norm grows on <strong>digits</strong> with <code>sgd</code>.</td>" in (
+        overview
+    )
+    assert "**" not in overview and "`" not in overview
+    section = page.split('<h2 id="norm-dynamics">', 1)[1]
+    assert "<th><strong>col</strong></th>" in section
+    assert "<td><strong>bold</strong> and <em>it</em></td>" in section and '<td class="num">1.5</td>' in section
+    assert "<td>True</td><td>—</td>" in section
+    assert "| **bold** and *it* | 1.5 |" in md.read_text()  # report.md keeps the markdown, which renders there
+
+
+def test_a_summary_cut_in_the_overview_closes_its_markup() -> None:
+    from contrastlab.report.report import _first_sentence
+
+    long = "The **" + "very " * 80 + "bold** claim holds."
+    cut = _first_sentence(long, limit=60)
+    assert len(cut) <= 62 and cut.endswith("…**") and cut.count("**") == 2
+    assert _first_sentence("Short **one**. Next.") == "Short **one**."
+
+
+def test_every_table_sits_in_a_box_that_scrolls_sideways_by_itself(runs, tmp_path: Path) -> None:
+    a, b = runs
+    _, html_path = write_report([a, b], tmp_path)
+    page = html_path.read_text()
+    assert page.count("<table>") == page.count('<div class="table"><table>') > 0
+    assert "div.table{max-width:100%;overflow-x:auto}" in page

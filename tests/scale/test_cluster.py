@@ -11,7 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from contrastlab.scale.cluster import Engine, EngineError, parse_address, ray_session, ray_temp_dir
+from contrastlab.scale.cluster import (
+    Engine,
+    EngineError,
+    parse_address,
+    ray_session,
+    ray_temp_dir,
+    remove_stale_temp_dirs,
+)
 from tests.scale._procs import listening_addresses, session_processes, wait_gone
 
 
@@ -107,3 +114,29 @@ def test_embedded_session_is_loopback_and_leaves_nothing(tmp_path):
     assert ips == "['127.0.0.1']" and listen == "['127.0.0.1']", run.stdout
     assert not Path(tmp).exists()  # the session's temp dir is removed
     assert wait_gone(tmp) == []
+
+
+def test_stale_temp_dirs_are_recognised_by_their_name_and_what_a_session_writes(tmp_path):
+    token, session, plain, named = (tmp_path / n for n in ("ray-a1b2c3d4", "ray-x_y_z_12", "ray-notes_12", "rays"))
+    token.mkdir()
+    (token / "auth_token").write_text("0" * 64)
+    (session / "session_2026-12-06_03-00-00_000000_1").mkdir(parents=True)
+    plain.mkdir()  # a ray-XXXXXXXX folder of the user's: neither a token nor a session
+    (plain / "notes.txt").write_text("mine")
+    (named / "auth_token").parent.mkdir()
+    (named / "auth_token").write_text("0")  # a session's content, not a session's name
+    (tmp_path / "ray-12345678").write_text("a file, not a folder")
+    assert remove_stale_temp_dirs(tmp_path) == [token, session]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ray-12345678", "ray-notes_12", "rays"]
+    assert remove_stale_temp_dirs(tmp_path / "missing") == []
+
+
+def test_a_session_temp_dir_is_what_remove_stale_temp_dirs_recognises(tmp_path):
+    from contrastlab.scale.cluster import ray_environment
+
+    short = Path("/tmp") / f"cl-s{os.getpid()}"
+    try:
+        with ray_temp_dir(short) as tmp, ray_environment(tmp):
+            assert remove_stale_temp_dirs(short) == [tmp]  # as a session left it (never while one runs)
+    finally:
+        short.rmdir()

@@ -5,10 +5,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -215,8 +217,123 @@ def test_cli_engine_ray_without_ray_or_with_an_unreachable_address(capsys, monke
         port = s.getsockname()[1]
     if importlib.util.find_spec("ray") is not None:
         _one_line_exit_2(capsys, [*base, "--address", f"127.0.0.1:{port}"], rf"^encode: --address 127.0.0.1:{port}:")
+        assert not (tmp_path / "store").exists()  # a run that never started leaves no unfinished store
     monkeypatch.setitem(sys.modules, "ray", None)
     _one_line_exit_2(capsys, base, r"^encode: engine: --engine ray needs .*pip install 'contrastlab\[ray\]'")
+    assert not (tmp_path / "store").exists()
+
+
+class _Unloadable:
+    """A model recipe that must not be loaded (the engine is checked first)."""
+
+    def load(self):
+        raise AssertionError("the model was loaded before the engine was checked")
+
+    def identity(self, encoder):
+        raise AssertionError("the model was loaded before the engine was checked")
+
+
+def test_an_unreachable_address_fails_before_the_model_loads(inputs, tmp_path: Path):
+    pytest.importorskip("ray")
+    from contrastlab.scale.cluster import EngineError
+
+    _, corpus = inputs
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(EngineError, match=f"^--address {address}: no Ray cluster answers"):
+        encode_corpus(corpus, _Unloadable(), tmp_path / "store", engine=Engine("ray", address))
+    assert not (tmp_path / "store").exists()
+
+
+class _Failing:
+    """A 4-dimensional model whose every forward pass fails."""
+
+    def load(self):
+        def encode(texts):
+            raise RuntimeError("the forward pass failed")
+
+        return encode
+
+    def identity(self, encoder):
+        return {"name": "failing", "dim": 4, "fingerprint": "0"}
+
+
+def test_a_run_that_writes_no_shard_leaves_no_unfinished_store(inputs, tmp_path: Path):
+    _, corpus = inputs
+    with pytest.raises(RuntimeError, match="the forward pass failed"):
+        encode_corpus(corpus, _Failing(), tmp_path / "new", shard_rows=SHARD_ROWS, batch_size=BATCH)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "empty").mkdir()  # a folder the user made stays, empty
+    with pytest.raises(RuntimeError, match="the forward pass failed"):
+        encode_corpus(corpus, _Failing(), tmp_path / "empty", shard_rows=SHARD_ROWS, batch_size=BATCH)
+    assert list((tmp_path / "empty").iterdir()) == []
+
+
+def _store_files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_a_resumed_encode_removes_the_ray_temp_folders_an_earlier_run_left(inputs, local_store, tmp_path: Path):
+    from contrastlab.audit.text_model import TextModelSource
+
+    model, corpus = inputs
+    source, out = TextModelSource(str(model)), tmp_path / "store"
+    on_shard, _ = _stop_after(2)
+    with pytest.raises(_Stop):
+        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, on_shard=on_shard)
+    # what a killed embedded-Ray encode leaves in the store: its temp folder (token, a session with logs)
+    left = out / "ray-k3x_9q2a"
+    (left / "session_2026-12-06_03-00-00_000000_1" / "logs").mkdir(parents=True)
+    (left / "session_2026-12-06_03-00-00_000000_1" / "logs" / "raylet.out").write_text("log\n")
+    (left / "auth_token").write_text("0" * 64)
+    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH)
+    assert again.skipped == (0, 1) and again.store.shards == local_store.shards
+    assert _store_files(out) == [MANIFEST, *(s.name for s in local_store.shards)]
+
+
+_EMBEDDED_STOP = textwrap.dedent(
+    """
+    import os, sys
+    from contrastlab.audit.text_model import TextModelSource
+    from contrastlab.scale.cluster import Engine
+    from contrastlab.scale.encode import encode_corpus
+
+    def stop(i, rec):
+        print(os.environ["RAY_TMPDIR"], flush=True)  # the session's temp dir, the marker of its processes
+        raise SystemExit(3)
+
+    model, corpus, out = sys.argv[1:]
+    encode_corpus(corpus, TextModelSource(model), out, engine=Engine("ray"), shard_rows=10, batch_size=4,
+                  actors=1, on_shard=stop)
+    """
+)
+
+
+@pytest.mark.slow
+def test_an_embedded_ray_encode_stopped_then_resumed_leaves_only_store_files(inputs, local_store, tmp_path: Path):
+    """A real embedded Ray (127.0.0.1, usage reporting off) stopped after its first shard keeps its temp folder
+    in the store for its logs; every Ray process has ended; the resumed run removes the folder."""
+    pytest.importorskip("ray")
+    from contrastlab.audit.text_model import TextModelSource
+    from tests.scale._procs import wait_gone
+
+    model, corpus = inputs
+    out = Path("/tmp") / f"cl-{os.getpid()}"  # short: Ray's temp folder goes inside (see ray_temp_dir)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", _EMBEDDED_STOP, str(model), str(corpus), str(out)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert run.returncode == 3, run.stderr[-3000:]
+        tmp = run.stdout.strip().splitlines()[-1]
+        assert Path(tmp).parent == out and Path(tmp).is_dir()  # kept after the exception, for Ray's logs
+        assert wait_gone(tmp) == []
+        again = encode_corpus(corpus, TextModelSource(str(model)), out, shard_rows=SHARD_ROWS, batch_size=BATCH)
+        assert len(again.skipped) == 1 and _store_files(out) == [MANIFEST, *(s.name for s in local_store.shards)]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_cli_encodes_and_refuses_another_model_into_the_store(capsys, inputs, local_store, tmp_path: Path):

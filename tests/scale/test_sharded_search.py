@@ -287,17 +287,61 @@ def test_a_bad_store_is_one_line_naming_the_file_exit_2(
 
     store, _, q = _store(tmp_path)
     extra: list[str] = []
-    named = str(store / "manifest.json")
+    named = [str(store / "manifest.json")]
     if case == "altered shard":
-        named = str(_alter_a_shard(store))
+        named = [str(_alter_a_shard(store))]
     elif case == "other model":
         extra = ["--model", "minilm"]
-    else:
-        np.save(tmp_path / "q.npy", np.ones((2, 16), dtype=np.float32))
+    else:  # the queries are what is wrong: --queries and both dimensions are named, not the store's manifest
+        np.save(tmp_path / "q.npy", np.ones((2, 7), dtype=np.float32))
+        named = [f"--queries {tmp_path / 'q.npy'}:", "8-dimensional embeddings", "7-dimensional"]
     assert main([*_query_argv(store, tmp_path, "--out", str(tmp_path / "r.json"), *extra)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "\n" not in err and named in err and "Traceback" not in err, err
+    assert "\n" not in err and all(n in err for n in named) and "Traceback" not in err, err
+    assert case != "other dimension" or "manifest.json" not in err, err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_a_cosine_store_normalises_the_queries_as_its_documents(tmp_path: Path) -> None:
+    """Raw queries (MiniLM-like norms 2 to 6.6) and the same queries as unit vectors give the same results.
+
+    The reference is the softmax search of the float64 unit queries against the float64 unit documents.
+    The store's float32 unit vectors move each cosine by at most ~D·2⁻²⁴ ≈ 5e-7, so each logit (and the
+    log-sum-exp) by at most 5e-7/τ = 1e-5 at τ = 0.05: the tolerance is 1e-4. The fixture's top-6 scores
+    are at least 1e-4 apart, so those rounding errors cannot reorder the top-5.
+    """
+    from contrastlab.cli import main
+    from contrastlab.io import read_json_verified
+    from contrastlab.search.store import write_store
+
+    rng = np.random.default_rng(11)
+    d, tau = 8, 0.05
+    docs = rng.normal(size=(300, d)) * rng.uniform(2.0, 6.6, size=(300, 1))  # raw outputs, not unit vectors
+    write_store(tmp_path / "store", docs.astype(np.float32), model={"name": "lookup", "dim": d}, shard_rows=70)
+    raw = (rng.normal(size=(6, d)) * rng.uniform(2.0, 6.6, size=(6, 1))).astype(np.float32)
+    unit = (raw / np.linalg.norm(raw.astype(np.float64), axis=1, keepdims=True)).astype(np.float32)
+    d64 = docs.astype(np.float32).astype(np.float64)
+    d64 /= np.linalg.norm(d64, axis=1, keepdims=True)
+    q64 = raw.astype(np.float64) / np.linalg.norm(raw.astype(np.float64), axis=1, keepdims=True)
+    cos = q64 @ d64.T
+    top = -np.sort(-cos, axis=1)[:, :6]
+    assert np.diff(-top, axis=1).min() > 1e-4  # the fixture: no near-tie in the top-6
+    want_log_z = np.logaddexp.reduce(cos / tau, axis=1)
+    got = {}
+    for name, q in (("raw", raw), ("unit", unit), ("raw x 4", raw * 4)):  # x 4 is exact in float32
+        np.save(tmp_path / "q.npy", q)
+        out = tmp_path / f"{name}.json"
+        argv = ["query", str(tmp_path / "store"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+        assert main([*argv, "--temperature", str(tau), "--out", str(out)]) == 0
+        got[name] = read_json_verified(out)
+        np.testing.assert_array_equal(np.array(got[name]["ids"]), np.argsort(-cos, axis=1)[:, :5])
+        np.testing.assert_allclose(got[name]["log_partition"], want_log_z, rtol=0, atol=1e-4)
+        assert (got[name]["metric"], got[name]["queries_normalised"], got[name]["temperature"]) == ("cosine", True, tau)
+    assert got["raw"]["log_partition"] == got["raw x 4"]["log_partition"]  # the same bits once normalised
+    assert got["raw"]["scores"] == got["raw x 4"]["scores"]
+    # first-hit probabilities are the model's, not exp(-49)-small
+    first = np.exp(np.array(got["raw"]["scores"])[:, 0] / tau - np.array(got["raw"]["log_partition"]))
+    np.testing.assert_allclose(first, np.exp(top[:, 0] / tau - want_log_z), rtol=1e-3)
 
 
 def test_store_search_on_ray_reads_and_verifies_each_shard_in_its_actor(

@@ -130,3 +130,14 @@ def test_reads_the_shared_scifact_split_with_its_published_hashes() -> None:
     assert task.provenance["sha256"]["qrels/train.tsv"] == (
         "a53f2114831916c096b6c37d9e54da68cef4efdcdbd5ed46533601af972acf1d"
     )
+
+
+def test_contrastlab_data_lists_the_tasks_it_finds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from contrastlab.cli import main
+
+    write_task(tmp_path / "beir" / "toy", split="dev")
+    (tmp_path / "beir" / "not-a-task").mkdir()
+    assert main(["data", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"{tmp_path / 'beir' / 'toy'}   splits: dev" in out
+    assert "not-a-task" not in out

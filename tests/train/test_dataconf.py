@@ -110,3 +110,70 @@ def test_field_docs_reads_inherited_docstrings_and_lets_a_subclass_redefine_one(
     assert set(docs) == set(to_dict(progressive_violation.Config()))  # every field, inherited ones included
     assert docs["lr"] == field_docs(LatentTraining)["lr"] == "Adam learning rate"
     assert docs["hidden"] == "MLP encoder widths (the paper's 10-D encoder)" != field_docs(LatentTraining)["hidden"]
+
+
+@dataclass(frozen=True)
+class Lists:
+    names: tuple[str, ...] = ("linear", "monomial")
+    """a list of strings"""
+    widths: tuple[int, ...] = (64, 64)
+    """a list of ints"""
+    crop: tuple[float, float] = (0.08, 1.0)
+    """a pair of floats"""
+    maybe: tuple[int, ...] | None = None
+    """an optional list"""
+
+
+@pytest.mark.parametrize(
+    ("field_name", "forms", "want"),
+    [
+        ("names", ["linear,monomial", "[linear, monomial]", "['linear', 'monomial']", "(linear,monomial)",
+                   "[ 'linear' , \"monomial\" ]", "linear, monomial,"], ("linear", "monomial")),
+        ("names", ["mlp", "[mlp]", "['mlp']"], ("mlp",)),
+        ("names", ["", "[]"], ()),
+        ("widths", ["4,5", "[4, 5]", "(4, 5)", "[4,5]"], (4, 5)),
+        ("widths", ["7", "[7]"], (7,)),
+        ("crop", ["0.2,1", "[0.2, 1.0]", "(0.2, 1)"], (0.2, 1.0)),
+        ("maybe", ["3,2", "[3, 2]"], (3, 2)),
+    ],
+)  # fmt: skip
+def test_a_list_override_reads_the_comma_and_the_bracketed_form(field_name: str, forms: list[str], want) -> None:
+    for text in forms:
+        assert getattr(apply_overrides(Lists(), {field_name: text}), field_name) == want, text
+
+
+def test_a_list_override_with_an_empty_item_or_a_bad_element_names_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"^widths has an empty item in '4,,5'; a list is comma-separated"):
+        apply_overrides(Lists(), {"widths": "4,,5"})
+    with pytest.raises(ConfigError, match=r"^widths\[1\] must be an int, got 'x'"):
+        apply_overrides(Lists(), {"widths": "[4, x]"})
+
+
+def _configs() -> list[type]:
+    from contrastlab.audit import AuditConfig
+    from contrastlab.experiments import get_experiment, list_experiments
+    from contrastlab.mine import MineConfig
+    from contrastlab.train.job_config import JobConfig
+
+    return [JobConfig, AuditConfig, MineConfig, *(get_experiment(n).Config for n in list_experiments())]
+
+
+def test_help_shows_every_list_default_in_a_form_the_command_line_reads_back() -> None:
+    """``--help``'s ``[default: …]`` of each list field, typed as an override, gives the default (every config)."""
+    from contrastlab.train.dataconf import describe_fields
+
+    lists = 0
+    for cls in _configs():
+        base = cls()
+        plain = to_dict(base)
+        for flag, shown, _ in describe_fields(cls):
+            dotted = flag[2:]
+            default = plain
+            for part in dotted.split("."):
+                default = default[part]
+            if not isinstance(default, list):
+                continue
+            lists += 1
+            assert not shown.startswith("['"), (cls.__name__, dotted, shown)  # not Python's repr of strings
+            assert to_dict(apply_overrides(base, {dotted: shown})) == plain, (cls.__name__, dotted, shown)
+    assert lists >= 10  # generators, hidden, ks, papers, …: the loop checked real list fields

@@ -1,0 +1,377 @@
+"""``contrastlab compare A B [...]``: paired comparisons of audits on the same task(s), with what the data supports.
+
+Each argument is one *model*: an audit folder (``results.json`` of ``contrastlab audit``), or a folder whose
+sub-folders are audit folders, one per task. The first model is the baseline; every other is compared with
+it on every task they share — and they must share all of them — query by query:
+
+* the per-query difference ``d_q = B_q − A_q`` of each metric, its mean and 95% percentile-bootstrap
+  interval (:func:`contrastlab.eval.paired.bootstrap_difference`);
+* the paired randomisation test's two-sided p-value (Smucker, Allan & Carterette 2007;
+  :func:`contrastlab.eval.paired.randomization_test`), Holm-adjusted over every (model, task, metric) of
+  the comparison (:func:`contrastlab.eval.paired.holm`);
+* with several tasks, the mean over tasks of the per-task mean difference and its interval, queries
+  resampled within each task (:func:`contrastlab.eval.paired.stratified_bootstrap`).
+
+Two audits are paired only when they audited the same thing: the same task name and split, the same query
+ids in the same order, the same corpus (ids and texts) and the same judgements (for audits on pairs, the same
+pairs file and audited pairs). Anything else is refused with one line before anything is computed.
+
+The output folder gets ``results.json`` (``comparisons``: one record per model × task × metric), a forest
+plot and the report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from contrastlab.eval.paired import bootstrap_difference, holm, randomization_test, stratified_bootstrap
+from contrastlab.io import read_json_verified
+
+__all__ = ["CompareConfig", "AuditScores", "load_audits", "compare", "DEFAULT_METRICS"]
+
+DEFAULT_METRICS = ("ndcg_at_10", "map_at_100", "recall_at_100", "mrr_at_10")
+"""MTEB's names of the metrics compared by default on tasks (on pairs audits: ``recall@1`` and MRR)."""
+
+_TREC = {"ndcg_at": "ndcg_cut", "map_at": "map_cut", "recall_at": "recall", "precision_at": "P", "mrr_at": "mrr_cut"}
+
+
+@dataclass(frozen=True)
+class CompareConfig:
+    """How to compare."""
+
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    """metrics compared, by MTEB's names (ndcg_at_10, map_at_100, recall_at_100, precision_at_1, mrr_at_10, …); on audits of pairs: recall@1, mrr@K"""
+    n_boot: int = 10_000
+    """bootstrap resamples of each interval"""
+    n_perm: int = 100_000
+    """random sign flips of each randomisation test (exact enumeration up to 16 queries)"""
+    alpha: float = 0.05
+    """family-wise error rate of the Holm-adjusted decisions"""
+    seed: int = 0
+    """seeds the resamples and sign flips"""
+
+    def __post_init__(self) -> None:
+        if not self.metrics or not all(isinstance(m, str) and m for m in self.metrics):
+            raise ValueError(f"metrics must be metric names, got {self.metrics!r}")
+        for name in ("n_boot", "n_perm"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {self.alpha!r}")
+
+
+@dataclass(frozen=True)
+class AuditScores:
+    """One audit as a comparison reads it.
+
+    Attributes:
+        path: the audit folder.
+        model: the audited model's description.
+        key: what the audit was on (task name and split, or the pairs file): audits are matched by it.
+        identity: every field two paired audits must share.
+        queries: ``(Q,)`` the query ids (or pair indices) in order.
+        per_query: metric name → ``(Q,)``.
+    """
+
+    path: Path
+    model: str
+    key: str
+    identity: dict[str, Any]
+    queries: list[str]
+    per_query: dict[str, np.ndarray]
+
+
+def _trec_key(metric: str) -> str:
+    """``ndcg_at_10`` → ``ndcg_cut_10`` (the task audit's per-query key); other names unchanged."""
+    for mteb, trec in _TREC.items():
+        if metric.startswith(mteb + "_"):
+            return trec + metric[len(mteb) :]
+    return metric
+
+
+def _read_audit(folder: Path) -> AuditScores:
+    """One audit folder's per-query scores and identity.
+
+    Raises:
+        ValueError: no results.json, not an audit, or an audit without per-query scores.
+    """
+    path = folder / "results.json"
+    res = read_json_verified(path)  # a corrupted file fails here, named
+    if res.get("name") != "audit" or not isinstance(res.get("per_query"), dict):
+        raise ValueError(f"audits: {folder} is not an audit with per-query scores (results.json of contrastlab audit)")
+    per = res["per_query"]
+    if isinstance(res.get("task"), dict):
+        task = res["task"]
+        identity = {k: task.get(k) for k in ("name", "split", "queries", "corpus", "qrels")}
+        queries = [str(q) for q in per["query_ids"]]
+        key = f"{task['name']} ({task['split']})"
+    else:
+        pairs = res.get("pairs") or {}
+        queries = [str(i) for i in per.get("pair_index", [])]
+        identity = {"pairs": json.dumps(pairs, sort_keys=True), "queries": queries}
+        key = str(pairs.get("path") or pairs.get("kind") or "pairs")
+    scores = {
+        name: np.asarray(v, dtype=np.float64)
+        for name, v in per.items()
+        if name not in ("query_ids", "pair_index") and isinstance(v, list)
+    }
+    return AuditScores(
+        path=folder,
+        model=str(res.get("model", folder.name)),
+        key=key,
+        identity=identity,
+        queries=queries,
+        per_query=scores,
+    )
+
+
+def load_audits(model: str | Path) -> list[AuditScores]:
+    """A model's audits: the folder itself, or its sub-folders that hold results.json (sorted).
+
+    Raises:
+        ValueError: the folder is missing or holds no audit; two audits of one model on the same task.
+    """
+    folder = Path(model)
+    if not folder.is_dir():
+        raise ValueError(f"audits: {folder} is not a folder")
+    if (folder / "results.json").is_file():
+        return [_read_audit(folder)]
+    audits = [_read_audit(p) for p in sorted(folder.iterdir()) if (p / "results.json").is_file()]
+    if not audits:
+        raise ValueError(f"audits: {folder} holds no results.json, nor sub-folders with one")
+    keys = [a.key for a in audits]
+    dup = next((k for k in keys if keys.count(k) > 1), None)
+    if dup is not None:
+        raise ValueError(f"audits: {folder} holds two audits on {dup}")
+    return audits
+
+
+def _check_pairable(base: AuditScores, other: AuditScores) -> None:
+    """Refuse, in one line, audits that did not audit the same queries of the same task and corpus."""
+    for field_, what in (
+        ("name", "tasks"),
+        ("split", "splits"),
+        ("pairs", "pairs files"),
+        ("queries", "query sets"),
+        ("corpus", "corpora"),
+        ("qrels", "judgements"),
+    ):
+        if base.identity.get(field_) != other.identity.get(field_):
+            raise ValueError(
+                f"audits: {base.path} and {other.path} are on different {what} "
+                f"({base.key} against {other.key}); a paired comparison needs the same queries of the same task"
+            )
+
+
+def _per_query(audit: AuditScores, metric: str) -> np.ndarray:
+    key = _trec_key(metric)
+    if key not in audit.per_query:
+        known = ", ".join(sorted(audit.per_query))
+        raise ValueError(f"metrics: {metric!r} is not among the per-query scores of {audit.path} ({known})")
+    return audit.per_query[key]
+
+
+def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig | None = None) -> dict[str, Any]:
+    """Compare every model with the first, per task and metric; write results.json, a forest plot and the report.
+
+    Args:
+        models: at least two models (audit folders, or folders of per-task audit folders).
+        out_dir: the output folder.
+        config: metrics, resamples, seed.
+
+    Returns:
+        The results dictionary (``comparisons``, ``across_tasks``), with ``out_dir``.
+
+    Raises:
+        ValueError: fewer than two models, a model without audits, audits on different tasks, splits, query
+            sets, corpora or judgements, a metric an audit did not score — before anything is computed.
+    """
+    cfg = config or CompareConfig()
+    if len(models) < 2:
+        raise ValueError("models: compare needs at least two audits (or folders of audits)")
+    t0 = time.perf_counter()
+    started = _dt.datetime.now(_dt.timezone.utc)
+    loaded = [load_audits(m) for m in models]
+    base = loaded[0]
+    base_keys = [a.key for a in base]
+    for other, name in zip(loaded[1:], models[1:], strict=True):
+        keys = [a.key for a in other]
+        if len(base) == len(other) == 1:  # one audit each: say exactly what differs
+            _check_pairable(base[0], other[0])
+        if sorted(keys) != sorted(base_keys):
+            raise ValueError(
+                f"audits: {name} and {models[0]} are on different tasks ({', '.join(sorted(keys))} against "
+                f"{', '.join(sorted(base_keys))}); compare audits of the same tasks"
+            )
+        by_key = {a.key: a for a in other}
+        for a in base:
+            _check_pairable(a, by_key[a.key])
+    for audits in loaded:
+        for a in audits:
+            for metric in cfg.metrics:
+                _per_query(a, metric)
+
+    rng = np.random.default_rng(cfg.seed)
+    records: list[dict[str, Any]] = []
+    for j, other in enumerate(loaded[1:], 1):
+        by_key = {a.key: a for a in other}
+        for a in base:
+            b = by_key[a.key]
+            for metric in cfg.metrics:
+                x, y = _per_query(a, metric), _per_query(b, metric)
+                mean, low, high = bootstrap_difference(x, y, n_boot=cfg.n_boot, rng=rng)
+                records.append(
+                    {
+                        "model": j,
+                        "baseline": a.model,
+                        "other": b.model,
+                        "task": a.key,
+                        "metric": metric,
+                        "queries": int(x.size),
+                        "mean_baseline": float(x.mean()),
+                        "mean_other": float(y.mean()),
+                        "difference": mean,
+                        "low": low,
+                        "high": high,
+                        "p": randomization_test(x, y, n_perm=cfg.n_perm, rng=rng),
+                        "wins": int((y > x).sum()),
+                        "losses": int((y < x).sum()),
+                        "ties": int((y == x).sum()),
+                    }
+                )
+    for r, p_adj in zip(records, holm([r["p"] for r in records]), strict=True):
+        r["p_holm"] = float(p_adj)
+        r["significant"] = bool(p_adj <= cfg.alpha)
+    across: list[dict[str, Any]] = []
+    if len(base) > 1:
+        for j, other in enumerate(loaded[1:], 1):
+            by_key = {a.key: a for a in other}
+            for metric in cfg.metrics:
+                pairs = [(_per_query(a, metric), _per_query(by_key[a.key], metric)) for a in base]
+                mean, low, high = stratified_bootstrap(pairs, n_boot=cfg.n_boot, rng=rng)
+                across.append(
+                    {"model": j, "metric": metric, "tasks": len(pairs), "difference": mean, "low": low, "high": high}
+                )
+    return _write(models, loaded, records, across, cfg, Path(out_dir), started, t0)
+
+
+def _verdict(r: dict[str, Any]) -> str:
+    if r["significant"]:
+        return "better" if r["difference"] > 0 else "worse"
+    return "not separable"
+
+
+def _write(
+    models: list[str | Path],
+    loaded: list[list[AuditScores]],
+    records: list[dict[str, Any]],
+    across: list[dict[str, Any]],
+    cfg: CompareConfig,
+    out: Path,
+    started: _dt.datetime,
+    t0: float,
+) -> dict[str, Any]:
+    import contrastlab
+    from contrastlab.audit.run import write_run_folder
+    from contrastlab.host import host_info
+
+    t_report = time.perf_counter()
+    names = [loaded[i][0].model for i in range(len(loaded))]
+    decided = [r for r in records if r["significant"]]
+    sentences = []
+    for r in records[: min(len(records), 4)]:
+        sentences.append(
+            f"{r['metric']} on {r['task']}: {r['other']} − {r['baseline']} = {r['difference']:+.4f} "
+            f"[{r['low']:+.4f}, {r['high']:+.4f}], p = {r['p']:.3g} (Holm {r['p_holm']:.3g}): {_verdict(r)}"
+        )
+    summary = (
+        f"{len(names) - 1} model(s) compared with {names[0]} on {len(loaded[0])} task(s) × {len(cfg.metrics)} "
+        f"metric(s), query by query: {len(decided)} of {len(records)} differences are separable at a family-wise "
+        f"α = {cfg.alpha:g} (paired randomisation test, Holm-adjusted). " + "; ".join(sentences) + "."
+    )
+    table = {
+        "title": "Paired differences (other − baseline): mean, 95% bootstrap interval, randomisation p (Holm-adjusted)",
+        "columns": [
+            "model",
+            "task",
+            "metric",
+            "baseline",
+            "other",
+            "Δ",
+            "low",
+            "high",
+            "p",
+            "p (Holm)",
+            "W/L/T",
+            "verdict",
+        ],
+        "rows": [
+            [
+                r["other"],
+                r["task"],
+                r["metric"],
+                r["mean_baseline"],
+                r["mean_other"],
+                r["difference"],
+                r["low"],
+                r["high"],
+                r["p"],
+                r["p_holm"],
+                f"{r['wins']}/{r['losses']}/{r['ties']}",
+                _verdict(r),
+            ]
+            for r in records
+        ],
+    }
+    tables = [table]
+    if across:
+        tables.append(
+            {
+                "title": "Mean difference over tasks (queries resampled within each task)",
+                "columns": ["model", "metric", "tasks", "Δ", "low", "high"],
+                "rows": [
+                    [names[a["model"]], a["metric"], a["tasks"], a["difference"], a["low"], a["high"]] for a in across
+                ],
+            }
+        )
+    results: dict[str, Any] = {
+        "name": "compare",
+        "summary": summary,
+        "metrics": {f"{r['metric']}:{r['task']}:{r['model']}": r["difference"] for r in records},
+        "tables": tables,
+        "figures": [],
+        "models": [str(m) for m in models],
+        "model_names": names,
+        "comparisons": records,
+        "across_tasks": across,
+        "audits": [[str(a.path) for a in audits] for audits in loaded],
+        "config": asdict(cfg),
+        "timing": {"stages": {}},
+        "version": contrastlab.__version__,
+        "timestamp": started.isoformat(timespec="seconds"),
+        "host": host_info(),
+        "argv": list(sys.argv),
+    }
+
+    def draw(stage: Path) -> list[dict[str, str]]:
+        from contrastlab.audit.figures import plot_forest
+
+        plot_forest(records, across, names, stage / "forest.png")
+        return [
+            {
+                "file": "forest.png",
+                "caption": "Paired differences with 95% bootstrap intervals; filled: separable after Holm's "
+                "adjustment. The dashed line is no difference.",
+            }
+        ]
+
+    return write_run_folder(results, out, draw, t0=t0, t_report=t_report)

@@ -1,0 +1,115 @@
+"""``contrastlab compare``: paired differences on matched audits, refusals of unmatched ones, the CLI."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contrastlab.audit.compare import CompareConfig, compare
+from contrastlab.cli import main
+from contrastlab.io import write_json_atomic
+
+
+def write_audit(folder: Path, model: str, scores: dict[str, np.ndarray], **task) -> Path:
+    """An audit folder as ``contrastlab audit --task`` writes it, reduced to what compare reads."""
+    identity = {"name": "toy", "split": "test", "queries": "Q", "corpus": "C", "qrels": "J", **task}
+    n = len(next(iter(scores.values())))
+    write_json_atomic(
+        folder / "results.json",
+        {
+            "name": "audit",
+            "model": model,
+            "task": identity,
+            "per_query": {"query_ids": [f"q{i}" for i in range(n)], **{k: v.tolist() for k, v in scores.items()}},
+        },
+    )
+    return folder
+
+
+def _scores(rng: np.random.Generator, n: int, shift: float = 0.0) -> dict[str, np.ndarray]:
+    base = rng.random(n)
+    return {
+        "ndcg_cut_10": np.clip(base + shift, 0, 1),
+        "map_cut_100": base * 0.9,
+        "recall_100": base,
+        "mrr_cut_10": base,
+    }
+
+
+CFG = CompareConfig(n_boot=500, n_perm=2000)
+
+
+def test_identical_audits_give_p_one_and_zero_width(tmp_path: Path) -> None:
+    s = _scores(np.random.default_rng(0), 50)
+    a = write_audit(tmp_path / "a", "A", s)
+    b = write_audit(tmp_path / "b", "B", s)
+    res = compare([a, b], tmp_path / "out", CFG)
+    for r in res["comparisons"]:
+        assert r["p"] == 1.0 and r["p_holm"] == 1.0
+        assert r["difference"] == r["low"] == r["high"] == 0.0
+        assert not r["significant"]
+    assert (tmp_path / "out" / "forest.png").is_file() and (tmp_path / "out" / "report.html").is_file()
+
+
+def test_a_clear_difference_is_separable_and_holm_is_over_the_whole_family(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    s = _scores(rng, 200)
+    better = {k: v.copy() for k, v in s.items()}
+    better["ndcg_cut_10"] = np.minimum(1.0, s["ndcg_cut_10"] + 0.2)
+    res = compare([write_audit(tmp_path / "a", "A", s), write_audit(tmp_path / "b", "B", better)], tmp_path / "o", CFG)
+    by_metric = {r["metric"]: r for r in res["comparisons"]}
+    assert by_metric["ndcg_at_10"]["significant"] and by_metric["ndcg_at_10"]["difference"] > 0
+    assert by_metric["map_at_100"]["p"] == 1.0
+    # Holm over four metrics: the smallest p times 4
+    assert by_metric["ndcg_at_10"]["p_holm"] == pytest.approx(min(1.0, 4 * by_metric["ndcg_at_10"]["p"]), abs=1e-15)
+
+
+def test_several_tasks_give_an_interval_for_the_mean_difference(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    for model, shift in (("A", 0.0), ("B", 0.05)):
+        for task, n in (("t1", 60), ("t2", 80)):
+            write_audit(tmp_path / model / task, model, _scores(np.random.default_rng(n), n, shift), name=task)
+    res = compare(
+        [tmp_path / "A", tmp_path / "B"], tmp_path / "o", CompareConfig(metrics=("ndcg_at_10",), n_boot=500, n_perm=500)
+    )
+    assert len(res["comparisons"]) == 2 and len(res["across_tasks"]) == 1
+    across = res["across_tasks"][0]
+    assert across["difference"] == pytest.approx(np.mean([r["difference"] for r in res["comparisons"]]), abs=1e-15)
+    del rng
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"name": "other"}, "different tasks"),
+        ({"split": "dev"}, "different splits"),
+        ({"queries": "Q2"}, "different query sets"),
+        ({"corpus": "C2"}, "different corpora"),
+        ({"qrels": "J2"}, "different judgements"),
+    ],
+)
+def test_unmatched_audits_are_refused_in_one_line(
+    tmp_path: Path, change: dict, words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = _scores(np.random.default_rng(0), 20)
+    a = write_audit(tmp_path / "a", "A", s)
+    b = write_audit(tmp_path / "b", "B", s, **change)
+    code = main(["compare", str(a), str(b), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and words in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s = _scores(np.random.default_rng(0), 20)
+    a = write_audit(tmp_path / "a", "A", s)
+    for argv, words in (
+        ([str(a)], "at least two"),
+        ([str(a), str(tmp_path / "nope")], "is not a folder"),
+        ([str(a), str(a), "--metrics", "ndcg_at_7"], "'ndcg_at_7' is not among the per-query scores"),
+    ):
+        code = main(["compare", *argv, "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and words in err and "\n" not in err, err
+    code = main(["compare", str(a), str(a), "--out", str(tmp_path / "o"), "--n_boot", "200", "--n_perm", "200"])
+    assert code == 0 and (tmp_path / "o" / "results.json").is_file()
