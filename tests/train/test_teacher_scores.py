@@ -87,7 +87,8 @@ def test_mine_writes_the_teachers_scores_of_the_rows_it_writes(mined) -> None:
 def _job(bert: Path, pairs: Path, loss: str = "margin_mse", scores: Path | None = None) -> dict:
     return {
         "data": {"name": "text", "batch_size": 4,
-                 "text": {"path": str(pairs), "teacher_scores": str(scores or scores_path(pairs))}},
+                 "text": {"path": str(pairs), "teacher_scores": str(scores or scores_path(pairs)),
+                          "false_negatives": "off"}},  # mined negatives are other rows' positives
         "encoder": {"name": "sentence_transformers", "path": str(bert), "out_dim": 16, "max_seq_length": 12},
         "loss": {"name": loss, "normalize": True, "temperature": 1.0},
         "train": {"steps": 2, "seed": 1, "progress": False, "log_every": 1},
