@@ -141,7 +141,9 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     judged = judgements(task.qrels, task.query_ids, task.doc_ids)
     pos = task.doc_index()
     rel_sets = [sorted(pos[d] for d in task.relevant(q)) for q in task.query_ids]
-    width = max([len(r) for r in rel_sets] + [1])
+    if not any(rel_sets):
+        raise ValueError(f"task: no query of {task.name} ({task.split}) has a document of grade > 0 to retrieve")
+    width = max(len(r) for r in rel_sets)
     m = len(task.doc_ids)
     pair_query = np.array([i for i, r in enumerate(rel_sets) for _ in r], dtype=np.int64)
     pair_doc = np.array([d for r in rel_sets for d in r], dtype=np.int64)
@@ -154,7 +156,7 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
         judged=judged,
         pair_query=pair_query,
         pair_doc=pair_doc,
-        exclude=exclude.reshape(-1, width),
+        exclude=exclude,
         fold=fold,
         words=words,
         subset=subset,

@@ -136,3 +136,26 @@ def test_task_audit_on_the_dev_part_of_the_holdout(tiny: tuple[Path, Path], tmp_
     assert res["per_query"]["query_ids"] == list(dev.query_ids)
     assert res["task"]["name"] == "toy/dev-part"
     assert res["metrics"]["num_documents"] == 60  # the whole corpus is searched
+
+
+def test_task_audit_compress_runs_on_the_relevant_pairs(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    model_dir, task_dir = tiny
+    res = audit(_cfg(model_dir, task_dir, compress=True, compress_widths=(8,)), tmp_path / "z")
+    rows = res["compression"]["rows"]
+    n_pairs = int(res["metrics"]["num_relevant_pairs"])
+    assert {(r["width"], r["storage"]) for r in rows} >= {(16, "float32"), (8, "float32"), (16, "int8")}
+    assert all(r["metrics"]["recall@1"]["n"] == n_pairs for r in rows)
+    assert (tmp_path / "z" / "compression.png").is_file()
+
+
+def test_a_task_without_relevant_documents_is_refused(tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    model_dir, task_dir = tiny
+    root = tmp_path / "zero"
+    root.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (root / name).write_text((task_dir / name).read_text())
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\tdoc1\t0\n")
+    with pytest.raises(ValueError, match="has a document of grade > 0"):
+        audit(_cfg(model_dir, root), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
