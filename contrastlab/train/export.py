@@ -23,7 +23,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import nn
 
@@ -36,7 +36,7 @@ MODEL_FOLDER = "model"
 """The sentence-transformers folder ``contrastlab train`` writes inside a text run."""
 
 
-def _similarity(normalize: bool) -> str:
+def _similarity(normalize: bool) -> Literal["cosine", "dot"]:
     return "cosine" if normalize else "dot"
 
 

@@ -549,15 +549,16 @@ def run_job(
         from contrastlab.train.export import MODEL_FOLDER, save_sentence_transformers
         from contrastlab.train.model_card import run_card_from_results
 
+        model_step = int(result.steps if selected is None else selected["step"])
         about = {
             "run": str(out.resolve()),
-            "step": result.steps if selected is None else selected["step"],
+            "step": model_step,
             "encoder": config.encoder.name,
             "loss": config.loss.name,
         }
-        results["model_step"] = about["step"]
+        results["model_step"] = model_step
         results["learned"] = learned.values() if learned is not None else {}
-        card = run_card_from_results(cfg, results, about["step"])
+        card = run_card_from_results(cfg, results, model_step)
         save_sentence_transformers(
             model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about,
             prompts=config.prompts.as_st_prompts(), card=card,
