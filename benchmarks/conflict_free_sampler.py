@@ -49,6 +49,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--clock", choices=("wall", "cpu"), default="wall", help="cpu: this process's CPU time (a loaded machine)"
+    )
     args = ap.parse_args()
     set_threads(args.threads)
     import datasets
@@ -67,9 +70,14 @@ def main() -> None:
         s = NoDuplicatesBatchSampler(dataset, args.batch, drop_last=True, seed=0)
         out["sentence-transformers"] = [list(b) for b in s]
 
-    times = interleaved_medians({"contrastlab": ours, "sentence-transformers": theirs}, args.repeats, warmup=0)
+    times = interleaved_medians(
+        {"contrastlab": ours, "sentence-transformers": theirs}, args.repeats, warmup=0, clock=args.clock
+    )
     print(f"# {machine()}")
-    print(f"# {args.pairs} pairs, {args.dup_fraction:.0%} duplicate positives, batch {args.batch}, one epoch")
+    print(
+        f"# {args.pairs} pairs, {args.dup_fraction:.0%} duplicate positives, batch {args.batch}, one epoch, "
+        f"{args.clock} clock"
+    )
     print("| sampler | epoch (s) | per batch (µs) | rows placed |")
     print("|---|---:|---:|---:|")
     for name, t in times.items():

@@ -281,7 +281,7 @@ def _write(
     t0: float,
 ) -> dict[str, Any]:
     import contrastlab
-    from contrastlab.audit.run import write_run_folder
+    from contrastlab.audit.output import write_run_folder
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()

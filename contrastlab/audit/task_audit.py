@@ -114,7 +114,6 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     if Path(cfg.model).suffix == ".npy":
         raise ValueError("model: a task is audited with a text model (its texts are embedded), not a .npy")
     words = load_words(cfg, has_text_model=True)
-    encoder = load_model(cfg)
     q_keep = np.arange(len(task.query_ids))
     if 0 < cfg.max_queries < q_keep.size:
         q_keep = np.sort(rng.choice(q_keep, size=cfg.max_queries, replace=False))
@@ -151,7 +150,7 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     fold = np.array([_fold(q, cfg.seed) for q in task.query_ids], dtype=np.int64)
     return TaskInputs(
         task=task,
-        encoder=encoder,
+        encoder=load_model(cfg),  # last: every defect of the task fails before the model loads
         documents=docs,
         judged=judged,
         pair_query=pair_query,
@@ -437,7 +436,7 @@ def audit_task(
 
     ``ray``: a connected Ray module or ``None`` (the caller's engine session).
     """
-    from contrastlab.audit.run import open_corpus
+    from contrastlab.audit.output import open_corpus
 
     started = _dt.datetime.now(_dt.timezone.utc)
     rng = np.random.default_rng(cfg.seed)
@@ -502,7 +501,7 @@ def _task_report(
 ) -> dict[str, Any]:
     """Report stage on a task: summary, tables, figures, ``results.json`` and ``mteb_results.json``."""
     import contrastlab
-    from contrastlab.audit.run import write_run_folder
+    from contrastlab.audit.output import write_run_folder
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()
@@ -639,9 +638,9 @@ def _task_report(
         metrics.update(claims["metrics"])
         tables.append(claims["table"])
     if found.compression is not None:
-        from contrastlab.audit.run import _compression_sentence
+        from contrastlab.audit.output import compression_sentence
 
-        summary = f"{summary} {_compression_sentence(found.compression)}"
+        summary = f"{summary} {compression_sentence(found.compression)}"
         tables.append(found.compression.table())
     identity = task_identity(task)
     results: dict[str, Any] = {
@@ -684,9 +683,9 @@ def _task_report(
             plot_tail_diagnostics(tails, stage / "tails.png", title=f"{title}: query → document negatives")
         plot_norms(found.norms, None, found.correct_top1, stage / "norms.png", title=title)
         if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
-            from contrastlab.audit.run import _plot_norm_claims
+            from contrastlab.audit.output import plot_claims
 
-            _plot_norm_claims(found.claims, stage / "norm_claims.png", title)
+            plot_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [

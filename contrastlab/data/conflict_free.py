@@ -128,8 +128,9 @@ class ConflictFreeSampler:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         prot = _check_keys(own, protected)
+        none: frozenset[Hashable] = frozenset()
         self._own = [frozenset(k) for k in own]
-        self._prot = [frozenset(k) for k in prot]
+        self._prot = [frozenset(k) if k else none for k in prot]  # one shared empty set for the unprotected
         self.n, self.batch_size, self.seed, self.drop_last = len(own), batch_size, seed, drop_last
         self._first_step: list[int] = [0]  # the first step of each counted epoch, then the step after the last
         self._cached_epoch = -1

@@ -21,6 +21,10 @@ on the values or sizes of its input (data-dependent control flow) would be expor
 export is therefore checked before it is moved into place: onnxruntime runs the written folder on a
 second batch of another size (and, for text, other lengths) and must reproduce PyTorch's embeddings.
 
+A text model is traced with eager attention and its graph then fused by onnxruntime's transformer optimizer
+(:mod:`contrastlab.export.optimize`); the fused graph is checked the same way, and if a fusion changed the
+embeddings the checked trace is kept instead (``onnx.json``'s ``fused`` is then ``{}``).
+
 Nothing is half-written: the folder is built beside ``out`` under a temporary name and renamed onto
 ``out`` only when the check has passed.
 """
@@ -48,6 +52,7 @@ from contrastlab.export.layout import (
     TEXT_INPUTS,
     TOKENIZER_DIR,
 )
+from contrastlab.export.optimize import eager_attention, fuse_transformer
 from contrastlab.io import sha256_file, write_json_atomic
 from contrastlab.losses._common import l2_normalize
 
@@ -326,22 +331,46 @@ def export_text_onnx(
     if raw.ndim != 2 or raw.shape[0] != len(_TRACE_TEXTS):
         raise ValueError(f"model: gives {tuple(raw.shape)} for {len(_TRACE_TEXTS)} texts, not a 2-D (N, D) embedding")
     out = Path(out)
+    config = getattr(getattr(first, "auto_model", None), "config", None)
     with _building(out) as tmp:
         axes = {n: {0: "batch", 1: "sequence"} for n in names}
-        _trace(graph, tuple(features[n] for n in names), tmp / MODEL_FILE, names, axes)
+        with eager_attention(first):  # the attention that the optimizer's fusion recognises
+            _trace(graph, tuple(features[n] for n in names), tmp / MODEL_FILE, names, axes)
         tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
-        meta = _base_meta("text", description or "text model", int(raw.shape[1]), normalizes)
-        _write_meta(tmp, {**meta, "inputs": names, "max_seq_length": length})
-        from contrastlab.export.runtime import OnnxTextEncoder
-
-        encoder = OnnxTextEncoder(tmp)
-        check = _tokenize(mods, _CHECK_TEXTS)
-        with torch.no_grad():
-            want = graph(*(check[n] for n in names))
-        got = encoder.run_texts(_CHECK_TEXTS)
-        for g, w, name in zip(got, want, OUTPUTS, strict=True):
-            _check(g, w, f"{name} of {len(_CHECK_TEXTS)} texts of 1 to {check['input_ids'].shape[1]} tokens")
+        meta = {**_base_meta("text", description or "text model", int(raw.shape[1]), normalizes)}
+        meta.update(inputs=names, max_seq_length=length)
+        _write_meta(tmp, {**meta, "fused": {}})
+        _check_text(tmp, mods, graph, names)  # the trace itself
+        traced = tmp.parent / f"{tmp.name}.traced.onnx"  # outside the folder: not listed in onnx.json
+        shutil.copyfile(tmp / MODEL_FILE, traced)
+        try:
+            fused = fuse_transformer(
+                tmp / MODEL_FILE,
+                num_heads=int(getattr(config, "num_attention_heads", 0) or 0),
+                hidden_size=int(getattr(config, "hidden_size", 0) or 0),
+            )
+            _write_meta(tmp, {**meta, "fused": fused})
+            try:
+                _check_text(tmp, mods, graph, names)
+            except ValueError:  # a fusion that does not fit this model: serve the checked trace unfused
+                traced.replace(tmp / MODEL_FILE)
+                _write_meta(tmp, {**meta, "fused": {}})
+        finally:
+            traced.unlink(missing_ok=True)
     return out
+
+
+def _check_text(root: Path, modules: Sequence[nn.Module], graph: nn.Module, names: list[str]) -> None:
+    """Refuse the text export in ``root`` unless onnxruntime reproduces PyTorch on :data:`_CHECK_TEXTS`."""
+    from contrastlab.export.runtime import OnnxTextEncoder
+
+    encoder = OnnxTextEncoder(root)
+    check = _tokenize(modules, _CHECK_TEXTS)
+    with torch.no_grad():
+        want = graph(*(check[n] for n in names))
+    got = encoder.run_texts(_CHECK_TEXTS)
+    for g, w, name in zip(got, want, OUTPUTS, strict=True):
+        _check(g, w, f"{name} of {len(_CHECK_TEXTS)} texts of 1 to {check['input_ids'].shape[1]} tokens")
 
 
 # ----------------------------------------------------------------------------------------- what to export

@@ -97,6 +97,7 @@ def _session(model_bytes: bytes, where: Path, threads: int | None) -> Any:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only: no per-session warnings on stderr
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL  # every level, this CPU's too
     try:
         return ort.InferenceSession(model_bytes, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as e:  # onnxruntime raises its own exception classes

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -93,25 +94,26 @@ def dev_from_pairs(rows: Sequence[Sequence[str]], name: str) -> DevSet:
     return DevSet(tuple(queries), tuple(documents), tuple(relevant), name)
 
 
-def read_dev(config: DevConfig) -> DevSet:
-    """The dev set ``config`` names (``path`` must be set).
+def read_dev(config: DevConfig, root: str | None = None) -> DevSet:
+    """The dev set ``config`` names (``path`` must be set; a relative one is under ``root``, ``data.root``).
 
     Raises:
         contrastlab.train.ConfigError: naming ``select.dev.path`` for a file or folder that does not read.
     """
     assert config.path is not None
+    path = config.path if root is None or Path(config.path).is_absolute() else str(Path(root) / config.path)
     if config.kind == "pairs":
         from contrastlab.data.text_pairs import read_text_pairs
 
         try:
-            pairs = read_text_pairs(config.path, header=config.header)
+            pairs = read_text_pairs(path, header=config.header)
         except ValueError as e:
             raise ConfigError(f"select.dev.path: {str(e).removeprefix('path: ')}") from None
         return dev_from_pairs(pairs.rows, pairs.name)
     from contrastlab.tasks import holdout, read_beir_task
 
     try:
-        task = read_beir_task(config.path, split=config.split)
+        task = read_beir_task(path, split=config.split)
     except ValueError as e:
         raise ConfigError(f"select.dev.path: {str(e).removeprefix('path: ')}") from None
     if config.part == "dev":
@@ -138,7 +140,7 @@ def embed_texts(model: nn.Module, texts: Sequence[str], prompt: str, rows: int =
 
     ``model`` is a text encoder, or a model whose ``encoder`` is one (the representation is embedded).
     """
-    text_encoder = getattr(model, "encoder", model)
+    text_encoder: Any = getattr(model, "encoder", model)  # a TransformerTextEncoder
     embed = text_encoder.embed_texts
     return torch.cat([embed([prompt + t for t in texts[i : i + rows]]).float() for i in range(0, len(texts), rows)])
 
@@ -245,7 +247,7 @@ def build_dev(config: JobConfig, source: DataSource) -> DevSet | None:
     """
     sel = config.select
     if sel.dev.path is not None:
-        return read_dev(sel.dev)
+        return read_dev(sel.dev, config.data.root)
     if sel.metric is None or RETRIEVAL_METRIC.match(sel.metric) is None:
         return None
     if source.kind != "texts":

@@ -85,7 +85,7 @@ def save_sentence_transformers(
     model = SentenceTransformer(
         modules=modules,  # type: ignore[arg-type]
         device="cpu",
-        similarity_fn_name=_similarity(normalize),
+        similarity_fn_name=_similarity(normalize),  # type: ignore[arg-type]
         prompts=dict(prompts or {}),
     )
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))

@@ -52,7 +52,8 @@ class DevConfig:
 
     path: str | None = None
     """a pairs file (.tsv/.csv/.jsonl: anchor = query, positive = a relevant document, negative columns =
-    more documents) or, with kind task, a BEIR folder; null: the held-out rows of the training data"""
+    more documents) or, with kind task, a BEIR folder (a relative path is under data.root when that is set);
+    null: the held-out rows of the training data"""
     kind: Literal["pairs", "task"] = "pairs"
     """pairs: `path` is a pairs file; task: a BEIR folder read with contrastlab.tasks.read_beir_task"""
     split: str = "train"

@@ -23,7 +23,7 @@ class SourceConfig:
 
     path: str = ""
     """a pairs file (.tsv/.csv/.jsonl, or a saved datasets folder) or, for kind task, a BEIR folder
-    (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)"""
+    (corpus.jsonl, queries.jsonl, qrels/<split>.tsv); a relative path is under data.root when that is set"""
     kind: Literal["pairs", "task"] = "pairs"
     """pairs: rows (anchor, positive[, negatives…]); task: one pair (query text, document text) per qrel of
     grade > 0, read with contrastlab.tasks.read_beir_task (a query's other relevant documents are never its

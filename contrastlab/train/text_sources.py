@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from torch import Tensor
@@ -33,7 +34,7 @@ from contrastlab.train.job_config import JobConfig
 from contrastlab.train.sources_config import SourceConfig
 from contrastlab.train.texts import NEGATIVE_LOSSES, text_batch, train_sampler
 
-__all__ = ["build_sources", "read_source", "SourceSchedule"]
+__all__ = ["build_sources", "read_source", "under_root", "SourceSchedule"]
 
 _SOURCE_SEED_STRIDE = 7919  # a prime: source i's sampler is seeded by train.seed * stride + i
 
@@ -77,24 +78,30 @@ class SourceSchedule:
         return self._picks[step]
 
 
-def read_source(src: SourceConfig, where: str) -> TextPairs:
-    """The rows of one source.
+def under_root(path: str, root: str | None) -> str:
+    """``path``, or ``root/path`` when ``path`` is relative and ``root`` (``data.root``) is set."""
+    return path if root is None or Path(path).is_absolute() else str(Path(root) / path)
+
+
+def read_source(src: SourceConfig, where: str, root: str | None = None) -> TextPairs:
+    """The rows of one source (a relative ``path`` is under ``root``, the job's ``data.root``, when set).
 
     Raises:
         contrastlab.train.ConfigError: naming ``where`` (e.g. ``data.sources.datasets[1]``) for a source that
             does not read or holds no pair.
     """
+    path = under_root(src.path, root)
     if src.kind == "pairs":
         from contrastlab.data.text_pairs import read_text_pairs
 
         try:
-            return read_text_pairs(src.path, header=src.header, split=src.split)
+            return read_text_pairs(path, header=src.header, split=src.split)
         except ValueError as e:
             raise ConfigError(f"{where}.path: {str(e).removeprefix('path: ')}") from None
     from contrastlab.tasks import holdout, read_beir_task
 
     try:
-        task = read_beir_task(src.path, split=src.split or "train")
+        task = read_beir_task(path, split=src.split or "train")
     except ValueError as e:
         raise ConfigError(f"{where}.path: {str(e).removeprefix('path: ')}") from None
     if src.part != "all":
@@ -132,7 +139,7 @@ def build_sources(config: JobConfig) -> DataSource:
     read: list[dict[str, Any]] = []
     for i, src in enumerate(cfg.datasets):
         where = f"data.sources.datasets[{i}]"
-        pairs = read_source(src, where)
+        pairs = read_source(src, where, config.data.root)
         cut = len(pairs) - per_source_held
         if cut < batch_size:
             raise ConfigError(

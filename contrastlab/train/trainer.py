@@ -516,8 +516,8 @@ def fit(
                     ev = run_eval(done)
                     stopped = should_stop is not None and should_stop()
                     if distributed and should_stop is not None:  # rank 0 alone evaluates: every rank stops with it
-                        flag = torch.tensor(float(stopped), dtype=torch.float64, device=device)
-                        stopped = float(cd.all_reduce_sum(flag)) > 0
+                        stop_flag = torch.tensor(float(stopped), dtype=torch.float64, device=device)
+                        stopped = float(cd.all_reduce_sum(stop_flag)) > 0
                     if done == config.steps or stopped:
                         final_eval = ev
                     row = {"step": done, **row, **{f"eval/{k}": v for k, v in ev.items()}}

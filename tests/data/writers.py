@@ -143,6 +143,25 @@ def write_pairs(root: Path, n: int = 3) -> None:
     np.save(root / "positives.npy", anchors + 0.1 * RNG.standard_normal(anchors.shape).astype(np.float32))
 
 
+def write_task_source(root: Path, n: int = 3) -> None:
+    """``scifact-train/``: a BEIR folder (train split) of ``20 n`` made-up queries, one relevant document each,
+    under the name the example config reads (no SciFact text)."""
+    import json
+
+    folder = root / "scifact-train"
+    (folder / "qrels").mkdir(parents=True, exist_ok=True)
+    m = 20 * n
+    docs = "".join(
+        json.dumps({"_id": f"d{i}", "title": f"t{i}", "text": f"finding number {i}"}) + "\n" for i in range(m)
+    )
+    queries = "".join(json.dumps({"_id": f"q{i}", "text": f"claim number {i}"}) + "\n" for i in range(m))
+    (folder / "corpus.jsonl").write_text(docs)
+    (folder / "queries.jsonl").write_text(queries)
+    (folder / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(m))
+    )
+
+
 WRITERS: dict[str, Callable[[Path, int], object]] = {
     "cifar10": write_cifar10,
     "cifar10h": write_cifar10h,
@@ -152,5 +171,6 @@ WRITERS: dict[str, Callable[[Path, int], object]] = {
     "imagenet32": write_imagenet32,
     "tiny-imagenet": write_tiny_imagenet,
     "pairs": write_pairs,
+    "sources": write_task_source,
 }
 """File-backed dataset name → writer ``(root, n)``: ``n`` images per split, or ``16 n`` pairs."""

@@ -22,7 +22,15 @@ pytest.importorskip("onnx")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from contrastlab.cli import main  # noqa: E402
-from contrastlab.export import OnnxTensorEncoder, OnnxTextEncoder, export_tensor_onnx, load_onnx  # noqa: E402
+from contrastlab.export import (  # noqa: E402
+    OnnxTensorEncoder,
+    OnnxTextEncoder,
+    export_model,
+    export_tensor_onnx,
+    export_text_onnx,
+    load_onnx,
+    read_export,
+)
 from contrastlab.models import MLP, ContrastiveModel, ProjectionHead, build_encoder  # noqa: E402
 from contrastlab.models.registry import ENCODERS  # noqa: E402
 from tests.models.text_models import write_tiny_bert  # noqa: E402
@@ -78,6 +86,63 @@ def test_text_export_equals_pytorch_on_texts_of_different_lengths(st_folder: Pat
             _close(raw, _pytorch_raw(model, batch))
             assert torch.equal(encoder(batch), torch.from_numpy(raw))  # the audit's call: raw float32 rows
     assert np.array_equal(encoder.encode(TEXTS, normalize=False), encoder.run_texts(TEXTS)[1])
+
+
+def _op_counts(folder: Path) -> dict[str, int]:
+    import onnx
+
+    ops = [node.op_type for node in onnx.load(str(folder / "model.onnx")).graph.node]
+    return {op: ops.count(op) for op in set(ops)}
+
+
+def test_a_text_export_is_fused_into_onnxruntimes_transformer_operators(exported: Path) -> None:
+    # the tiny BERT has 2 layers: one embedding block, an attention, two residual LayerNorms and a GELU per layer
+    fused = {"EmbedLayerNormalization": 1, "Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2}
+    meta, _ = read_export(exported)
+    assert meta["fused"] == fused
+    ops = _op_counts(exported)
+    assert {op: ops.get(op, 0) for op in fused} == fused  # what the sidecar says is what the graph holds
+    # no unfused attention is left: its Softmax, and the sdpa decomposition's IsNaN guards, are gone
+    assert "Softmax" not in ops and "IsNaN" not in ops and "LayerNormalization" not in ops
+
+
+def test_export_leaves_the_callers_attention_implementation_alone(st_folder: Path, tmp_path: Path) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(st_folder), device="cpu", local_files_only=True).eval()
+    config = model[0].auto_model.config
+    before = config._attn_implementation
+    assert before != "eager"  # the export traces with eager attention: the case that must be restored
+    export_text_onnx(list(model), tmp_path / "out")
+    assert model[0].auto_model.config._attn_implementation == before
+    assert read_export(tmp_path / "out")[0]["fused"]["Attention"] == 2
+
+
+def test_a_fusion_that_changes_the_embeddings_is_not_served(
+    st_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import onnx
+    from onnx import numpy_helper
+    from sentence_transformers import SentenceTransformer
+
+    import contrastlab.export.onnx as onnx_export
+
+    def wrong_fusion(path: Path, *, num_heads: int, hidden_size: int) -> dict[str, int]:
+        """A rewrite that changes the function: the largest weight matrix of a layer (not an embedding) doubled."""
+        graph = onnx.load(str(path))
+        weights = [t for t in graph.graph.initializer if len(t.dims) == 2 and "embeddings" not in t.name]
+        big = max(weights, key=lambda t: int(np.prod(t.dims)))
+        big.CopyFrom(numpy_helper.from_array(2 * numpy_helper.to_array(big), big.name))
+        onnx.save(graph, str(path))
+        return {"Attention": 2}
+
+    monkeypatch.setattr(onnx_export, "fuse_transformer", wrong_fusion)
+    export_model(str(st_folder), tmp_path / "out")
+    assert read_export(tmp_path / "out")[0]["fused"] == {}  # the checked trace is served, unfused
+    assert "Attention" not in _op_counts(tmp_path / "out")
+    model = SentenceTransformer(str(st_folder), device="cpu", local_files_only=True).eval()
+    with torch.no_grad():
+        _close(load_onnx(tmp_path / "out").run_texts(TEXTS)[0], model.encode(TEXTS, convert_to_tensor=True))
 
 
 def test_a_plain_hugging_face_folder_exports_mean_pooling_without_normalisation(tmp_path: Path) -> None:
@@ -230,6 +295,13 @@ def test_the_bundled_minilm_exports_to_within_1e_5_of_pytorch(tmp_path: Path) ->
     encoder = load_onnx(tmp_path / "minilm")
     assert isinstance(encoder, OnnxTextEncoder) and encoder.dim == 384 and encoder.normalizes
     assert encoder.max_seq_length == model.max_seq_length
+    # six layers, each fused (traced with eager attention; sdpa's trace fuses no Attention)
+    assert encoder.meta["fused"] == {
+        "EmbedLayerNormalization": 1,
+        "Attention": 6,
+        "SkipLayerNormalization": 12,
+        "BiasGelu": 6,
+    }
     long_texts = TEXTS + [" ".join(["tokens beyond the limit"] * 100)]  # truncated at max_seq_length
     with torch.no_grad():
         for batch in (long_texts, long_texts[:2], long_texts[::-1]):
