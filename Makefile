@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,onnx,ray]'
+	$(PY) -m pip install -q -e '.[dev,onnx,ray,tensorboard,lora]'
 	# Test peers without their dependencies: both require torchvision, which pulls another torch (or, pinned to
 	# 2.13, does not import beside the CPU build); the tests load only their torch-only loss files.
 	$(PY) -m pip install -q --no-deps open-clip-torch==3.3.0 lightly==1.6.0

@@ -19,7 +19,9 @@ draws them (Python's ``random.Random(seed)``, one draw per query in order, as it
 ``random``). ``output_format`` ``n-tuple`` writes ``anchor, positive, negative_1 … negative_K`` for the
 rows whose anchor kept all K; ``triplet`` writes one ``anchor, positive, negative`` row per negative
 found. ``contrastlab train`` (``data.text.path``) and the sentence-transformers bridge read the output as
-it is.
+it is. With ``teacher`` a second model scores each written row's positive and negatives (cosine), written
+to ``OUT.teacher.jsonl`` (:mod:`contrastlab.train.teacher_scores`) for the distillation losses
+(``data.text.teacher_scores``).
 
 One filter is contrastlab's own: ``max_probability`` drops a candidate c whose softmax-search probability
 ``P(c | a) = exp(s(a, c)/τ) / Σ_j exp(s(a, j)/τ)`` over the **whole** corpus (the exact log-partition)
@@ -113,6 +115,9 @@ class MineConfig:
     """torch device of the encoder"""
     progress: bool = True
     """show progress bars while encoding"""
+    teacher: str | None = None
+    """a model (as `model`, not .npy) whose cosine scores of each written row's positive and negatives go to
+    OUT.teacher.jsonl, the targets of the distillation losses (margin_mse, distill_kl); n-tuple output only"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -142,6 +147,11 @@ class MineConfig:
             raise ConfigError(f"max_probability must be in (0, 1], got {self.max_probability}")
         if self.temperature <= 0:
             raise ConfigError(f"temperature must be > 0, got {self.temperature}")
+        if self.teacher is not None and (self.teacher.endswith(".npy") or self.output_format != "n-tuple"):
+            raise ConfigError(
+                f"teacher must be a model (not .npy) and output_format n-tuple, got {self.teacher!r} with "
+                f"{self.output_format!r}"
+            )
         if self.batch_size < 1 or self.max_seq_length < 1:
             raise ConfigError(
                 f"batch_size and max_seq_length must be >= 1, got {self.batch_size}, {self.max_seq_length}"
@@ -196,6 +206,26 @@ def _embeddings(config: MineConfig, anchors: list[str], documents: list[str], ro
             encoder, documents, batch_size=bs, progress=shown, label="documents", prompt=config.document_prompt
         ),
     )
+
+
+def _teacher_scores(config: MineConfig, rows: list[tuple[str, ...]]) -> np.ndarray:
+    """The teacher's ``(R, 1 + K)`` cosine scores of the written rows (:func:`contrastlab.train.teacher_scores.score_rows`)."""
+    from contrastlab.audit import AuditConfig
+    from contrastlab.audit.inputs import encode_texts, load_model
+    from contrastlab.train.teacher_scores import score_rows
+
+    audit = AuditConfig(
+        model=str(config.teacher), device=config.device, max_seq_length=config.max_seq_length, progress=False
+    )
+    try:
+        teacher = load_model(audit)
+    except ValueError as e:
+        raise ValueError(f"teacher: {str(e).removeprefix('model: ')}") from None
+
+    def embed(texts: list[str]) -> Tensor:  # every distinct text in one call: batches sorted by length
+        return encode_texts(teacher, texts, batch_size=config.batch_size, progress=config.progress, label="teacher")
+
+    return score_rows(embed, rows, batch_size=sum(len(r) for r in rows))
 
 
 @dataclass
@@ -283,8 +313,13 @@ def mine_pairs(
             "no anchor kept a negative through the filters; loosen margin/relative_margin/max_score/min_score/"
             "max_probability or raise range_max"
         )
+    scores = _teacher_scores(config, out_rows) if config.teacher is not None else None  # before anything is written
     columns = ("anchor", "positive", "negative") if config.output_format == "triplet" else ()
     write_text_pairs(TextPairs(tuple(out_rows), columns, out.name), out)
+    if scores is not None:
+        from contrastlab.train.teacher_scores import scores_path, write_teacher_scores
+
+        write_teacher_scores(scores_path(out), out_rows, scores, str(config.teacher))
     summary: dict[str, Any] = {
         "anchors": len(rows.anchors),
         "complete": int(mined.complete.sum()),

@@ -20,7 +20,9 @@ from types import ModuleType
 import pytest
 
 __all__ = [
+    "distill_kl_div_loss",
     "gist_embed_loss",
+    "margin_mse_loss",
     "lightly_dcl_loss",
     "matryoshka_mnrl_loss",
     "multiple_negatives_ranking_loss",
@@ -124,3 +126,23 @@ def matryoshka_mnrl_loss(columns, dims, weights=None, scale=20.0):
     model = ColumnModel()
     loss = st.MatryoshkaLoss(model, st.MultipleNegativesRankingLoss(model, scale=scale), list(dims), weights)
     return loss([{"x": c} for c in columns], None)
+
+
+def margin_mse_loss(anchor, positive, negatives, labels):
+    """sentence-transformers' ``MarginMSELoss`` (dot product) on given embeddings.
+
+    Shape: ``negatives`` is ``(N, K, D)``; ``labels`` the teacher's scores ``(N, 1 + K)``, positive first.
+    """
+    st = sentence_transformers_losses()
+    loss = st.MarginMSELoss(model=None)
+    return loss.compute_loss_from_embeddings([anchor, positive, *negatives.unbind(1)], labels)
+
+
+def distill_kl_div_loss(anchor, positive, negatives, labels, **kwargs):
+    """sentence-transformers' ``DistillKLDivLoss`` (dot product) on given embeddings (``kwargs``: temperatures).
+
+    Shape: ``negatives`` is ``(N, K, D)``; ``labels`` the teacher's scores ``(N, 1 + K)``, positive first.
+    """
+    st = sentence_transformers_losses()
+    loss = st.DistillKLDivLoss(model=None, **kwargs)
+    return loss.compute_loss_from_embeddings([anchor, positive, *negatives.unbind(1)], labels)

@@ -2,8 +2,10 @@
 
 Every entry is the pure function itself (or a ``functools.partial`` fixing a variant), with its own
 signature: the two-view losses (``siglip`` included) take ``(anchor, positive[, negatives])``, ``supcon`` takes
-``(embeddings, labels)`` and ``support_corrected`` requires per-anchor negatives ``(N, M, D)``. All
-of them accept ``temperature``, ``reduction`` and ``gather`` keywords.
+``(embeddings, labels)`` and ``support_corrected`` requires per-anchor negatives ``(N, M, D)``; the
+distillation losses ``margin_mse`` and ``distill_kl`` take ``(anchor, positive, negatives, teacher_scores)``
+(a teacher's scores of each anchor's positive and negatives). All of them accept ``temperature``,
+``reduction`` and ``gather`` keywords.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from functools import partial
 from torch import Tensor
 
 from contrastlab.losses.debiased import debiased_info_nce
+from contrastlab.losses.distill_kl import distill_kl
 from contrastlab.losses.hard_negative import hard_negative_info_nce
 from contrastlab.losses.info_nce import info_nce
+from contrastlab.losses.margin_mse import margin_mse
 from contrastlab.losses.nt_xent import nt_xent
 from contrastlab.losses.siglip import siglip
 from contrastlab.losses.supcon import supcon
@@ -34,5 +38,7 @@ LOSSES: dict[str, Callable[..., Tensor | tuple]] = {
     "siglip": siglip,
     "debiased": debiased_info_nce,
     "hard_negative": hard_negative_info_nce,
+    "margin_mse": margin_mse,
+    "distill_kl": distill_kl,
 }
 """Loss name → loss function (``info_nce``'s DCL variant under ``"dcl"``)."""

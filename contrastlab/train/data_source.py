@@ -41,6 +41,8 @@ class DataSource:
             ``results.json``; ``None`` when the config says it all.
         train_size: the number of training rows batches are drawn from (an epoch), or ``None`` when
             every batch is drawn fresh (the synthetic worlds); a negative queue may not be longer.
+        teacher_scores: whether training batches carry ``"teacher_scores"`` (``(N, 1 + K)``, a teacher's
+            scores of each anchor's positive and negatives) for the distillation losses.
     """
 
     kind: Kind
@@ -52,6 +54,7 @@ class DataSource:
     probe_train: dict[str, Tensor] | None = None
     provenance: dict[str, Any] | None = None
     train_size: int | None = None
+    teacher_scores: bool = False
 
     @property
     def in_dim(self) -> int:

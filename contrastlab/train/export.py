@@ -5,7 +5,8 @@ sentence-transformers model — the transformer, the pooling and any dense layer
 ``Normalize`` left out (:mod:`contrastlab.models.text`). :func:`save_sentence_transformers` writes those
 modules as a sentence-transformers folder, so ``SentenceTransformer(folder).encode(texts)`` gives the
 embeddings of the contrastlab encoder (the representation: a projection head, if the run trained one,
-stays behind, as in SimCLR). The folder's similarity function is the one the loss used: ``cosine`` when
+stays behind, as in SimCLR; LoRA adapters are merged into the weights they adapt, so the folder loads
+without peft). The folder's similarity function is the one the loss used: ``cosine`` when
 the loss normalised the embeddings (``loss.normalize``), else ``dot``. ``contrastlab.json`` beside the
 model files says which run and step it came from.
 
@@ -22,7 +23,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from torch import nn
 
@@ -35,7 +36,7 @@ MODEL_FOLDER = "model"
 """The sentence-transformers folder ``contrastlab train`` writes inside a text run."""
 
 
-def _similarity(normalize: bool) -> str:
+def _similarity(normalize: bool) -> Literal["cosine", "dot"]:
     return "cosine" if normalize else "dot"
 
 
@@ -46,6 +47,7 @@ def save_sentence_transformers(
     normalize: bool,
     about: dict[str, Any],
     prompts: dict[str, str] | None = None,
+    card: str | None = None,
 ) -> Path:
     """Write a :class:`~contrastlab.models.text.TransformerTextEncoder` as a sentence-transformers folder.
 
@@ -59,6 +61,7 @@ def save_sentence_transformers(
         about: provenance written to ``contrastlab.json`` in the folder (the run, the step).
         prompts: the run's prompts by name (``{"query": "query: ", "document": "passage: "}``), saved as the
             model's ``prompts``, so ``encode(texts, prompt_name="query")`` puts them before the texts.
+        card: the model card written as the folder's ``README.md`` (:func:`contrastlab.train.model_card.model_card`).
 
     Returns:
         The folder.
@@ -68,7 +71,7 @@ def save_sentence_transformers(
     """
     from sentence_transformers import SentenceTransformer
 
-    from contrastlab.io import write_json_atomic
+    from contrastlab.io import write_json_atomic, write_text_atomic
     from contrastlab.models.text import TransformerTextEncoder, hf_progress_bars
 
     text = getattr(encoder, "encoder", encoder)
@@ -76,7 +79,9 @@ def save_sentence_transformers(
         raise TypeError(f"encoder must be a text encoder (TransformerTextEncoder), got {type(text).__name__}")
     out = Path(folder)
     out.parent.mkdir(parents=True, exist_ok=True)
-    modules = [copy.deepcopy(m).cpu() for m in text.body]
+    from contrastlab.models.lora import merge_lora
+
+    modules = [merge_lora(copy.deepcopy(m).cpu()) for m in text.body]  # LoRA adapters folded into the weights
     model = SentenceTransformer(
         modules=modules,  # type: ignore[arg-type]
         device="cpu",
@@ -88,6 +93,8 @@ def save_sentence_transformers(
         with hf_progress_bars(False):  # transformers' "Writing model shards"
             model.save(str(stage), create_model_card=False)
         write_json_atomic(stage / "contrastlab.json", {**about, "similarity": _similarity(normalize)})
+        if card is not None:
+            write_text_atomic(stage / "README.md", card)
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
@@ -133,14 +140,18 @@ def run_text_encoder(run_dir: str | Path, *, device: str = "cpu") -> tuple[Trans
     state = latest_checkpoint(run)
     if state is None:
         raise ValueError(f"run: {run} has no checkpoint")
+    from contrastlab.train.lora import LoRAConfig
+
     text = TEXT_ENCODERS[e["name"]](e.get("path"), int(e["max_seq_length"]))
+    LoRAConfig.from_run(e).apply(text)  # the run's adapters, if it trained any, before its weights load
     proj = int(e.get("proj_dim") or 0)
     model: nn.Module = ContrastiveModel(text, ProjectionHead(int(e["out_dim"]), proj)) if proj else text
     weights, step = state["model"], int(state["step"])
     selected = (state.get("extra") or {}).get("select")  # select.metric: the selected step's weights
     if selected is not None and int(selected["best_step"]) >= 0:
         weights, step = selected["best_weights"], int(selected["best_step"])
-    model.load_state_dict(weights)
+    # a learnable τ or bias (``loss_parameters.*``) trained beside the encoder is no part of the text model
+    model.load_state_dict({k: v for k, v in weights.items() if not k.startswith("loss_parameters.")})
     text.to(device).eval()
     return text, cfg, step
 
@@ -155,6 +166,7 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"out: {out} exists and is not an empty folder")
     encoder, cfg, step = run_text_encoder(run_dir)
+    card = run_card(run_dir, cfg, step)
     loss = cfg.get("loss") or {}
     about = {
         "run": str(Path(run_dir).resolve()),
@@ -164,5 +176,19 @@ def export_run(run_dir: str | Path, folder: str | Path) -> Path:
     }
     prompts = {k: v for k, v in (cfg.get("prompts") or {}).items() if v}
     return save_sentence_transformers(
-        encoder, out, normalize=bool(loss.get("normalize", True)), about=about, prompts=prompts
+        encoder, out, normalize=bool(loss.get("normalize", True)), about=about, prompts=prompts, card=card
     )
+
+
+def run_card(run_dir: str | Path, cfg: dict[str, Any], step: int) -> str:
+    """The model card of the run ``run_dir`` at ``step``, from its ``config.json`` and ``results.json``.
+
+    The held-out metrics are those of the results' evaluation table at exactly ``step`` (none when the run
+    has no results or did not evaluate at that step: the card then says no metric was measured).
+    """
+    from contrastlab.io import read_json_verified
+    from contrastlab.train.model_card import run_card_from_results
+
+    path = Path(run_dir) / "results.json"
+    results = read_json_verified(path) if path.is_file() else {}
+    return run_card_from_results(cfg, results, step)

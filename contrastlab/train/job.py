@@ -41,6 +41,7 @@ from contrastlab.train.job_config import (
     loss_registry,
     loss_signature,
     takes_labels,
+    takes_teacher_scores,
 )
 from contrastlab.train.loss_parameters import LossParameters, attached_loss_parameters
 from contrastlab.train.matryoshka import MatryoshkaConfig
@@ -98,6 +99,17 @@ def check_job(config: JobConfig, source: DataSource) -> None:
         raise ConfigError("encoder.width does not apply to mlp; set encoder.hidden")
     if takes_labels(loss_registry()[config.loss.name]) and not source.num_classes:
         raise ConfigError(f"loss.name {config.loss.name!r} needs labels; data.name {data.name!r} gives none")
+    distils = takes_teacher_scores(loss_registry()[config.loss.name])
+    if distils and not source.teacher_scores:
+        raise ConfigError(
+            f"loss.name {config.loss.name!r} distils a teacher's scores; data.name {data.name!r} gives none "
+            "(data.text.teacher_scores: the file contrastlab mine --teacher writes)"
+        )
+    if source.teacher_scores and not distils:
+        raise ConfigError(
+            f"data.text.teacher_scores is set, but loss.name {config.loss.name!r} does not distil a teacher's "
+            "scores (margin_mse, distill_kl)"
+        )
     neg = config.negatives
     if neg.kind == "queue":
         from contrastlab import distributed as cd
@@ -124,13 +136,15 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
     flattened when it is an image; a text encoder is ``TEXT_ENCODERS[name](path, max_seq_length)``
     (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
-    ``ENCODERS[name](C, H, out_dim, width)``. A loss with learnable parameters (``loss.learnable_temperature``,
+    ``ENCODERS[name](C, H, out_dim, width)``. With ``encoder.lora.r > 0`` the text model is frozen and LoRA
+    adapters on ``encoder.lora.targets`` train (:mod:`contrastlab.train.lora`). A loss with learnable parameters (``loss.learnable_temperature``,
     ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
     (:class:`~contrastlab.train.loss_parameters.LossParameters`), which ``forward`` does not read.
 
     Raises:
         contrastlab.train.ConfigError: a text model that cannot be loaded (missing folder, not a model,
-            output not a 2-D embedding) or whose dimension is not ``encoder.out_dim``.
+            output not a 2-D embedding) or whose dimension is not ``encoder.out_dim``; LoRA targets that
+            name no linear layer of it.
     """
     from contrastlab.models import MLP, ContrastiveModel, ProjectionHead
     from contrastlab.models.registry import build_encoder as build_image_encoder
@@ -145,7 +159,10 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
             raise ConfigError(f"encoder.{err}") from None
         if text.embed_dim != e.out_dim:
             raise ConfigError(f"encoder.out_dim must be {text.embed_dim}, the dimension of {e.name}, got {e.out_dim}")
-        model = text
+        try:
+            model = e.lora.apply(text)  # adapters on the frozen model (r > 0), seeded by train.seed
+        except ConfigError as err:
+            raise ConfigError(f"encoder.lora.{err}") from None
     elif e.name == "mlp":
         mlp = MLP(source.in_dim, list(e.hidden), e.out_dim, batch_norm=e.batch_norm, activation=e.activation)
         model = mlp if source.kind == "vectors" else nn.Sequential(nn.Flatten(), mlp)
@@ -169,6 +186,7 @@ def call_loss(
     parameters: LossParameters | None = None,
     matryoshka: MatryoshkaConfig | None = None,
     weights: Tensor | None = None,
+    teacher_scores: Tensor | None = None,
 ) -> Tensor:
     """The loss ``config.name`` of :func:`loss_registry` on one batch of embeddings.
 
@@ -189,6 +207,8 @@ def call_loss(
         parameters: the learnable loss parameters attached to the encoder (:func:`build_encoder`).
         matryoshka: the widths and weights of the prefixes (None or empty dims: the full embedding only).
         weights: ``(N, M)`` per-candidate weights of a loss that takes them (0 leaves a false negative out).
+        teacher_scores: ``(N, 1 + K)`` a teacher's scores of each anchor's positive and negatives (the
+            distillation losses; passed by keyword, so matryoshka prefixes never truncate them).
 
     Returns:
         The scalar loss.
@@ -206,6 +226,10 @@ def call_loss(
     kwargs.update(config.options_for_call())
     if weights is not None:
         kwargs["weights"] = weights
+    if "teacher_scores" in params:
+        if teacher_scores is None:
+            raise ValueError(f"teacher_scores must be given for loss {config.name!r}")
+        kwargs["teacher_scores"] = teacher_scores
     prefixes = matryoshka or MatryoshkaConfig()
 
     def loss(*args: Tensor) -> Tensor:
@@ -241,6 +265,7 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
             parameters=parameters, matryoshka=config.matryoshka, weights=weights,
+            teacher_scores=batch.get("teacher_scores"),
         )  # fmt: skip
 
     return EmbeddingObjective(inputs=inputs, loss=loss)
@@ -293,7 +318,8 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     """Held-out metrics: loss, alignment, uniformity; with latents the linear R²; with labels a linear probe.
 
     The loss is the mean over consecutive held-out chunks of ``data.batch_size`` pairs with in-batch
-    negatives, so it is comparable with the training loss (same number of negatives).
+    negatives, so it is comparable with the training loss (same number of negatives); a distillation loss
+    has no held-out value (the held-out pairs carry no teacher scores).
 
     Alignment and uniformity follow Wang & Isola (2020, arXiv 2005.10242), eqs. 4–5 (α = 2, t = 2) on the
     loss's embeddings. ``latent_r2`` is the linear-identifiability score of Zimmermann et al. (2021,
@@ -308,6 +334,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
 
     held_out = source.eval_batch
     b = min(config.data.batch_size, held_out["anchor"].shape[0])
+    distils = takes_teacher_scores(loss_registry()[config.loss.name])  # held-out pairs carry no teacher scores
 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
@@ -327,12 +354,10 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
+            if not distils
         ]
-        out = {
-            "loss": sum(chunk_losses) / len(chunk_losses),
-            "alignment": float(alignment(a, p)),
-            "uniformity": float(uniformity(a)),
-        }
+        out = {"loss": sum(chunk_losses) / len(chunk_losses)} if chunk_losses else {}
+        out.update({"alignment": float(alignment(a, p)), "uniformity": float(uniformity(a))})
         if "latent" in held_out:
             rep = a if represent is model else embed_rows(represent, held_out["anchor"], device, b)
             rep = torch.nn.functional.normalize(rep, dim=1) if config.loss.normalize else rep
@@ -359,6 +384,35 @@ def _describe_encoder(config: JobConfig) -> str:
         what = f"a {e.name} encoder"
     head = f" with a {e.proj_dim}-d projection head" if e.proj_dim else ""
     return f"{what} ({e.out_dim}-d embeddings){head}"
+
+
+def _tensorboard_log(config: JobConfig, model: nn.Module, out: Path) -> Any:
+    """A :class:`~contrastlab.train.tensorboard.TensorBoardLog` into ``out`` with the run's τ, if ``log.tensorboard``."""
+    if not config.log.tensorboard:
+        return None
+    from contrastlab.train.tensorboard import TensorBoardLog
+
+    def temperature() -> float:
+        learned = attached_loss_parameters(model)
+        return (learned.values() if learned is not None else {}).get("temperature", config.loss.temperature)
+
+    return TensorBoardLog(out, temperature)
+
+
+def peak_memory(device: torch.device) -> dict[str, Any]:
+    """The run's peak memory: CUDA's peak allocated bytes on a GPU, else the process's peak resident set size.
+
+    Returns:
+        ``{"bytes": int, "what": str}`` (``what`` says which measure it is; the RSS includes everything the
+        process holds, data and libraries too).
+    """
+    if device.type == "cuda":
+        return {"bytes": int(torch.cuda.max_memory_allocated(device)), "what": "torch.cuda.max_memory_allocated"}
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "what": "process peak RSS (ru_maxrss)"}
 
 
 def _select_best(config: JobConfig, selector: Any, steps: int) -> dict[str, Any] | None:
@@ -423,10 +477,15 @@ def run_job(
     objective, extra_state = make_objective(config, model)
     if selector is not None:  # the best-so-far state travels in every checkpoint
         extra_state = {**extra_state, "select": selector}
-    result = fit(
-        model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
-        extra_state=extra_state, should_stop=None if selector is None else selector.should_stop,
-    )  # fmt: skip
+    board = _tensorboard_log(config, model, out) if is_main else None
+    try:
+        result = fit(
+            model, objective, source.batch_at, config.train, out_dir=out, resume=resume, eval_fn=eval_fn,
+            extra_state=extra_state, should_stop=None if selector is None else selector.should_stop, on_row=board,
+        )  # fmt: skip
+    finally:
+        if board is not None:
+            board.close()
     selected = _select_best(config, selector, result.steps)
     final = result.final_eval
     last = result.history[-1] if result.history else {}
@@ -439,9 +498,17 @@ def run_job(
         for key, label in (("latent_r2", "linear latent R²"), ("probe_accuracy", "linear-probe accuracy"))
         if key in final
     )
+    from contrastlab.models.lora import count_parameters
+
+    counts = count_parameters(result.model)
+    lora = config.encoder.lora
+    if lora.enabled:
+        nested_lora = f" with LoRA (r = {lora.r} on {', '.join(lora.targets)}: {counts['trainable']:,} of {counts['total']:,} parameters trained)"
+    else:
+        nested_lora = ""
     nested = f" over the prefixes {list(config.matryoshka.dims)}" if config.matryoshka.enabled else ""
     summary = (
-        f"Trained {_describe_encoder(config)} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
+        f"Trained {_describe_encoder(config)}{nested_lora} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
         f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
         f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
@@ -468,6 +535,8 @@ def run_job(
         **({"data_provenance": source.provenance} if source.provenance is not None else {}),
         "version": contrastlab.__version__,
         "runtime_s": result.seconds,
+        "parameters": counts,
+        "peak_memory": peak_memory(next(result.model.parameters()).device),
         "resumed_from": result.resumed_from,
         "host": host_info(),
         **({"selected": selected} if selected is not None else {}),
@@ -478,16 +547,21 @@ def run_job(
 
     if write_results and is_main and config.encoder.name in TEXT_ENCODERS:  # the fine-tuned model leaves the run
         from contrastlab.train.export import MODEL_FOLDER, save_sentence_transformers
+        from contrastlab.train.model_card import run_card_from_results
 
+        model_step = int(result.steps if selected is None else selected["step"])
         about = {
             "run": str(out.resolve()),
-            "step": result.steps if selected is None else selected["step"],
+            "step": model_step,
             "encoder": config.encoder.name,
             "loss": config.loss.name,
         }
+        results["model_step"] = model_step
+        results["learned"] = learned.values() if learned is not None else {}
+        card = run_card_from_results(cfg, results, model_step)
         save_sentence_transformers(
             model, out / MODEL_FOLDER, normalize=config.loss.normalize, about=about,
-            prompts=config.prompts.as_st_prompts(),
+            prompts=config.prompts.as_st_prompts(), card=card,
         )  # fmt: skip
         results["model_folder"] = MODEL_FOLDER
     if write_results and is_main:

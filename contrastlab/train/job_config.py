@@ -19,10 +19,12 @@ from typing import Any, Literal
 
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import ConfigError, check_fields, from_dict
+from contrastlab.train.lora import LoRAConfig
 from contrastlab.train.matryoshka import MatryoshkaConfig
 from contrastlab.train.prompts import PromptsConfig
 from contrastlab.train.select import SelectConfig
 from contrastlab.train.sources_config import SourcesConfig
+from contrastlab.train.tensorboard import LogConfig
 
 __all__ = [
     "DataConfig",
@@ -37,6 +39,7 @@ __all__ = [
     "loss_registry",
     "loss_signature",
     "takes_labels",
+    "takes_teacher_scores",
     "needs_negatives",
     "known_names",
     "PER_BATCH_TENSORS",
@@ -93,6 +96,9 @@ class TextDataConfig:
     row whose text is another positive of the other's anchor: sampler (the default: such rows never share
     a batch, so every anchor keeps N − 1 negatives, for every loss), mask (batches as drawn, those columns
     left out of the loss's sums through its per-candidate `weights`: info_nce, dcl), off"""
+    teacher_scores: str | None = None
+    """a teacher's scores of each row's positive and negatives, as `contrastlab mine --teacher` writes them
+    (PAIRS.teacher.jsonl), for the distillation losses margin_mse and distill_kl"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -101,6 +107,8 @@ class TextDataConfig:
         unknown = [s for s in self.sources if s not in CODE_SOURCES]
         if not self.sources or unknown or len(set(self.sources)) != len(self.sources):
             raise ConfigError(f"sources must be distinct names of {', '.join(CODE_SOURCES)}, got {list(self.sources)}")
+        if self.teacher_scores is not None and self.path is None:
+            raise ConfigError("teacher_scores needs path: the pairs file whose rows the teacher scored")
 
 
 @dataclass(frozen=True)
@@ -198,6 +206,8 @@ class EncoderConfig:
     Hugging Face transformers (config.json: mean pooling); nothing is downloaded"""
     max_seq_length: int = 128
     """text encoders: tokens per text (longer texts are truncated)"""
+    lora: LoRAConfig = field(default_factory=LoRAConfig)
+    """text encoders: train low-rank adapters on the frozen model (r > 0; needs contrastlab[lora])"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -218,6 +228,10 @@ class EncoderConfig:
             )
         if self.max_seq_length < 1:
             raise ConfigError(f"max_seq_length must be >= 1, got {self.max_seq_length}")
+        if self.lora.enabled and self.name not in TEXT_ENCODERS:
+            raise ConfigError(
+                f"lora applies to the text encoders ({', '.join(sorted(TEXT_ENCODERS))}), got name {self.name!r}"
+            )
         if self.width is not None and (self.width < 1 or self.name == "mlp"):
             raise ConfigError(
                 f"width applies to the image encoders and must be >= 1, got {self.width} with name={self.name!r} "
@@ -240,9 +254,10 @@ _SET_BY_JOB = (
 )
 """Loss arguments the job sets itself (from the config fields and the batch); never in ``loss.options``."""
 
-PER_BATCH_TENSORS = ("positive_mask", "weights", "beta_ema")
+PER_BATCH_TENSORS = ("positive_mask", "weights", "beta_ema", "teacher_scores")
 """Loss arguments that are tensors computed per batch or carried as training state, not hyperparameters:
-no config value sets them (``info_nce``'s ``positive_mask``/``weights``, ``weince``'s ``beta_ema``)."""
+no config value sets them (``info_nce``'s ``positive_mask``/``weights``, ``weince``'s ``beta_ema``, the
+distillation losses' ``teacher_scores``, which come with the batch)."""
 
 
 def loss_registry() -> Mapping[str, Callable[..., Any]]:
@@ -264,6 +279,11 @@ def loss_signature(fn: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
 def takes_labels(fn: Callable[..., Any]) -> bool:
     """Whether the loss takes class labels (it is then called on the stacked views and their labels)."""
     return "labels" in loss_signature(fn)
+
+
+def takes_teacher_scores(fn: Callable[..., Any]) -> bool:
+    """Whether the loss distils a teacher's scores (``margin_mse``, ``distill_kl``): the batch must carry them."""
+    return "teacher_scores" in loss_signature(fn)
 
 
 def needs_negatives(fn: Callable[..., Any]) -> bool:
@@ -429,6 +449,8 @@ class JobConfig:
     """loop: steps, seed, device, precision, optimiser and schedule, logging, checkpoints"""
     eval: EvalConfig = field(default_factory=EvalConfig)
     """held-out evaluation"""
+    log: LogConfig = field(default_factory=LogConfig)
+    """where metrics go besides metrics.jsonl (TensorBoard)"""
     out: str | None = None
     """output folder (default runs/train-YYYYmmdd-HHMMSS; --out overrides)"""
     select: SelectConfig = field(default_factory=SelectConfig)
@@ -451,7 +473,8 @@ class JobConfig:
             raise ConfigError(
                 f"negatives.kind={self.negatives.kind!r} needs a loss that takes negatives; {self.loss.name} does not"
             )
-        if self.negatives.kind == "in_batch" and needs_negatives(fn):
+        # a distillation loss takes the negatives its teacher scored: a pairs file's columns (checked by the runner)
+        if self.negatives.kind == "in_batch" and needs_negatives(fn) and not takes_teacher_scores(fn):
             raise ConfigError(
                 f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
             )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -38,7 +39,7 @@ from contrastlab.data.sampler import EpochSampler
 from contrastlab.data.text_codes import texts_to_codes
 from contrastlab.train.data_source import DataSource
 from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.job_config import JobConfig, loss_registry, loss_signature
+from contrastlab.train.job_config import JobConfig, loss_registry, loss_signature, takes_teacher_scores
 
 if TYPE_CHECKING:
     from contrastlab.data.code_corpus import CodeCorpus
@@ -87,6 +88,10 @@ def _held_out(config: JobConfig) -> tuple[TextPairs, TextPairs, dict[str, Any]]:
     train = TextPairs(pairs.rows[:cut], pairs.columns, pairs.name)
     held = TextPairs(pairs.rows[cut:], pairs.columns, pairs.name)
     provenance = {"kind": "pairs file", "path": text.path, "rows": len(pairs), "columns": list(pairs.columns)}
+    if Path(text.path).is_file():  # the content hash a model card names (a saved dataset folder has none)
+        from contrastlab.io import sha256_file
+
+        provenance["sha256"] = sha256_file(text.path)
     return train, held, provenance
 
 
@@ -177,7 +182,13 @@ def build_texts(config: JobConfig) -> DataSource:
     if batch_size > len(train):
         raise ConfigError(f"data.batch_size ({batch_size}) exceeds the {len(train)} training pairs of {train.name}")
     k = train.num_negatives
-    if k and config.loss.name not in NEGATIVE_LOSSES:
+    scores = _teacher_scores(config, train, held)
+    if k and scores is None and takes_teacher_scores(loss_registry()[config.loss.name]):
+        raise ConfigError(
+            f"loss.name {config.loss.name!r} distils a teacher's scores of the {k} negative column(s); set "
+            "data.text.teacher_scores (the file contrastlab mine --teacher writes)"
+        )
+    if k and config.loss.name not in NEGATIVE_LOSSES and scores is None:
         raise ConfigError(
             f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
             f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
@@ -186,7 +197,10 @@ def build_texts(config: JobConfig) -> DataSource:
     mask_batches = config.data.text.false_negatives == "mask"
 
     def rows_of(pairs: TextPairs, idx: list[int], offset: int, negatives: int) -> dict[str, Tensor]:
-        return text_batch(pairs, idx, offset, negatives, config.prompts)
+        batch = text_batch(pairs, idx, offset, negatives, config.prompts)
+        if negatives and scores is not None and pairs is train:
+            batch["teacher_scores"] = scores[idx]  # (n, 1 + K): the teacher's scores of these rows
+        return batch
 
     def batch_at(step: int) -> dict[str, Tensor]:
         idx = sampler(step).tolist()
@@ -203,4 +217,24 @@ def build_texts(config: JobConfig) -> DataSource:
         num_classes=len(train) + len(held),
         provenance=provenance,
         train_size=len(train),
+        teacher_scores=scores is not None,
     )
+
+
+def _teacher_scores(config: JobConfig, train: TextPairs, held: TextPairs) -> Tensor | None:
+    """The training rows' teacher scores ``(R, 1 + K)`` from ``data.text.teacher_scores``, checked against the file.
+
+    Raises:
+        contrastlab.train.ConfigError: naming ``data.text.teacher_scores`` (scores of another pairs file, a
+            count or id that does not match, a file without negative columns).
+    """
+    path = config.data.text.teacher_scores
+    if path is None:
+        return None
+    from contrastlab.train.teacher_scores import read_teacher_scores
+
+    try:
+        scores = read_teacher_scores(path, [*train.rows, *held.rows])
+    except ValueError as e:
+        raise ConfigError(f"data.text.teacher_scores: {e}") from None
+    return torch.from_numpy(scores[: len(train)])

@@ -265,6 +265,7 @@ def fit(
     eval_fn: Callable[[nn.Module, int], dict[str, float]] | None = None,
     on_step: Callable[[nn.Module, int, Tensor], None] | None = None,
     extra_state: Mapping[str, Stateful] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> TrainResult:
     """Train ``model`` for ``config.steps`` optimiser steps.
@@ -274,7 +275,8 @@ def fit(
     backward (with a grad scaler for fp16), optional global-norm clipping, the optimiser step at
     learning rate ``lr * lr_factor(s)`` (warm-up + constant/cosine), and ``on_step(model, s + 1, loss)``.
     Every ``log_every`` steps and at the last, a row ``{"step", "loss" (mean since the previous row),
-    "lr", **logs, "eval/<k>"}`` is appended to ``out_dir/metrics.jsonl``; ``eval_fn`` runs (under
+    "lr", "grad_norm", **logs, "eval/<k>"}`` is appended to ``out_dir/metrics.jsonl`` (``grad_norm``: the global
+    gradient norm of that step, before clipping); ``eval_fn`` runs (under
     ``torch.no_grad`` in eval mode) every ``eval_every`` steps and at the end.
 
     Checkpoints go to ``out_dir`` every ``checkpoint_every`` steps, at the end, and on SIGINT/SIGTERM
@@ -297,6 +299,8 @@ def fit(
         on_step: called after each optimiser step with ``(model, step, loss)``.
         extra_state: named objects with ``state_dict``/``load_state_dict`` (:class:`Stateful`) saved
             in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.NegativeQueue`).
+        on_row: called on rank 0 with each row after it is appended to ``metrics.jsonl`` (e.g. a
+            :class:`~contrastlab.train.tensorboard.TensorBoardLog`).
         should_stop: asked after each evaluation (and before the first step of a resumed run): True ends
             training early, with a checkpoint at that step (early stopping; its state belongs in ``extra_state``).
 
@@ -473,6 +477,9 @@ def fit(
                 if config.optim.grad_clip is not None:
                     scaler.unscale_(optimizer)
                     grad_norm = torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
+                elif (step + 1) % config.log_every == 0 or step + 1 == config.steps:  # the logged step's norm
+                    scaler.unscale_(optimizer)
+                    grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
                 scaler.step(optimizer)
                 scaler.update()
                 done = step + 1
@@ -519,6 +526,8 @@ def fit(
                     if mfile is not None:
                         mfile.write(dumps_json_checked(row, line=True) + "\n")
                         mfile.flush()
+                    if on_row is not None and is_main:
+                        on_row(row)
                 progress.update(done, last_loss, force=bool(row))
 
                 if signals.received is not None:

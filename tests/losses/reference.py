@@ -112,3 +112,34 @@ def debiased_loop(a, p, negs, tau, tau_plus, beta, simclr, normalize) -> tuple[l
         losses.append(math.log1p(g * math.exp(-s_pos)))
         clamped.append(estimate < floor)
     return losses, clamped
+
+
+def margin_mse_loop(a, p, negs, teacher, tau, normalize) -> list[float]:
+    """Per-anchor MarginMSE (Hofstätter et al. 2020, eq. 1), averaged over the anchor's negatives."""
+    losses = []
+    for i in range(a.shape[0]):
+        s_pos = _cos(a[i], p[i], normalize) / tau
+        terms = []
+        for k in range(negs.shape[1]):
+            s_neg = _cos(a[i], negs[i, k], normalize) / tau
+            t_margin = float(teacher[i, 0]) - float(teacher[i, 1 + k])
+            terms.append(((s_pos - s_neg) - t_margin) ** 2)
+        losses.append(sum(terms) / len(terms))
+    return losses
+
+
+def distill_kl_loop(a, p, negs, teacher, tau, tau_teacher, normalize) -> list[float]:
+    """Per-anchor τ² · KL(softmax(T/τ_T) ‖ softmax(S/τ)) over the positive and the negatives (Lin et al. 2020)."""
+    losses = []
+    for i in range(a.shape[0]):
+        cands = [p[i]] + [negs[i, k] for k in range(negs.shape[1])]
+        s = [_cos(a[i], c, normalize) / tau for c in cands]
+        t = [float(x) / tau_teacher for x in teacher[i]]
+        ls, lt = _lse(s), _lse(t)
+        kl = 0.0
+        for sj, tj in zip(s, t, strict=True):
+            pj = math.exp(tj - lt)
+            if pj > 0:
+                kl += pj * ((tj - lt) - (sj - ls))
+        losses.append(tau * tau * kl)
+    return losses

@@ -119,9 +119,13 @@ DIMS, WEIGHTS = (2, 4, D), (1.0, 0.5, 2.0)
 
 def _wrapped(name: str, t: dict[str, torch.Tensor], **kw) -> torch.Tensor:
     """The registry loss ``name`` wrapped: every tensor of ``t`` positional, floating ones truncated."""
-    keys = list(t)
+    keys = [k for k in t if k != "teacher"]  # the teacher's scores go by keyword, whole
+    fixed = {k: v for k, v in t.items() if k == "teacher"}
     return matryoshka(
-        lambda *xs: _call(name, dict(zip(keys, xs, strict=True)), **kw), *t.values(), dims=DIMS, weights=WEIGHTS
+        lambda *xs: _call(name, {**dict(zip(keys, xs, strict=True)), **fixed}, **kw),
+        *(t[k] for k in keys),
+        dims=DIMS,
+        weights=WEIGHTS,
     )
 
 
@@ -142,7 +146,14 @@ def test_every_registry_loss_sees_each_prefix_renormalised(name) -> None:
     """Each prefix is the loss's own input: renormalising it first changes nothing (the loss normalises)."""
     t = _inputs(name, seed=1)
     want = sum(
-        w * _call(name, {k: F.normalize(v[..., :d], dim=-1) if v.is_floating_point() else v for k, v in t.items()})
+        w
+        * _call(
+            name,
+            {
+                k: F.normalize(v[..., :d], dim=-1) if v.is_floating_point() and k != "teacher" else v
+                for k, v in t.items()
+            },
+        )
         for d, w in zip(DIMS, WEIGHTS, strict=True)
     )
     torch.testing.assert_close(_wrapped(name, t), want, rtol=1e-10, atol=0)

@@ -15,6 +15,8 @@ import torch
 from contrastlab.losses import LOSSES
 
 N, D, K = 12, 6, 5
+DISTILLATION = ("margin_mse", "distill_kl")
+"""The losses that fit a teacher's scores (``teacher_scores``, not an embedding: never scaled or truncated)."""
 
 
 def _inputs(name: str, seed: int) -> dict[str, torch.Tensor]:
@@ -24,8 +26,10 @@ def _inputs(name: str, seed: int) -> dict[str, torch.Tensor]:
     t = {"a": a, "b": a + 0.5 * torch.randn(N, D, generator=g, dtype=torch.float64)}
     if name == "supcon":
         t["y"] = torch.arange(N) % 4  # three samples per class
-    if name == "support_corrected":
+    if name in ("support_corrected", *DISTILLATION):
         t["neg"] = torch.randn(N, K, D, generator=g, dtype=torch.float64)
+    if name in DISTILLATION:
+        t["teacher"] = torch.randn(N, 1 + K, generator=g, dtype=torch.float64)
     return t
 
 
@@ -36,6 +40,8 @@ def _call(name: str, t: dict[str, torch.Tensor], **kw) -> torch.Tensor:
         return fn(torch.cat([t["a"], t["b"]]), torch.cat([t["y"], t["y"]]), **kw)
     if name == "support_corrected":
         return fn(t["a"], t["b"], t["neg"], **kw)
+    if name in DISTILLATION:  # cosine scores, so that the loss ignores the inputs' scale as the others do
+        return fn(t["a"], t["b"], t["neg"], teacher_scores=t["teacher"], **{"normalize": True, **kw})
     if name == "weince":
         kw.setdefault("min_tail", 8)  # 2N − 2 = 22 negatives per view: an 11-point tail
     return fn(t["a"], t["b"], **kw)
@@ -72,7 +78,7 @@ def test_invariant_to_permuting_rows_of_both_views(name):
 @pytest.mark.parametrize("scale", [1e-3, 7.0])
 def test_invariant_to_scaling_the_inputs(name, scale):
     t = _inputs(name, seed=3)
-    scaled = {k: v * scale if v.is_floating_point() else v for k, v in t.items()}
+    scaled = {k: v * scale if v.is_floating_point() and k != "teacher" else v for k, v in t.items()}
     torch.testing.assert_close(_call(name, scaled), _call(name, t), rtol=1e-10, atol=0)
 
 

@@ -226,7 +226,14 @@ REGISTRY_CALLS = {
     "siglip": lambda fn, a, p, n, y: fn(a, p, temperature=0.5, bias=-1.0),
     "debiased": lambda fn, a, p, n, y: fn(a, p, tau_plus=0.1, simclr=True),
     "hard_negative": lambda fn, a, p, n, y: fn(a, p, n, tau_plus=0.1, beta=1.0),
+    "margin_mse": lambda fn, a, p, n, y: fn(a, p, n, _teacher(a, n), normalize=True),
+    "distill_kl": lambda fn, a, p, n, y: fn(a, p, n, _teacher(a, n), temperature=0.5),
 }
+
+
+def _teacher(a: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Fixed teacher scores ``(N, 1 + K)`` for the distillation losses (a constant of the batch)."""
+    return torch.randn(a.shape[0], 1 + n.shape[1], generator=torch.Generator().manual_seed(3), dtype=a.dtype)
 
 
 def test_every_registry_loss_has_a_call():

@@ -24,6 +24,7 @@ from contrastlab.train.job_config import (
     loss_registry,
     needs_negatives,
     takes_labels,
+    takes_teacher_scores,
 )
 from contrastlab.train.sources import DATA_BUILDERS
 
@@ -103,6 +104,8 @@ def test_every_registered_loss_trains_through_the_job(name: str) -> None:
     batch = src.batch_at(0)
     if takes_labels(fn):
         batch["labels"] = torch.arange(16) % 4
+    if takes_teacher_scores(fn):
+        batch["teacher_scores"] = torch.randn(16, 9, generator=torch.Generator().manual_seed(0))
     model = build_encoder(cfg, src)
     loss = make_loss_fn(cfg)(model, batch)
     loss.backward()

@@ -68,7 +68,7 @@ def test_every_loss_argument_is_reachable_from_the_config(name: str, monkeypatch
         fields["normalize"] = False
     config = LossConfig(name=name, options=options, **fields)
     z = torch.randn(4, 3)
-    call_loss(config, z, z, labels=torch.arange(4), negatives=torch.randn(4, 2, 3))
+    call_loss(config, z, z, labels=torch.arange(4), negatives=torch.randn(4, 2, 3), teacher_scores=torch.randn(4, 3))
     (got,) = calls
     for key, value in options.items():
         default = params[key].default
@@ -81,7 +81,7 @@ def test_every_loss_argument_is_reachable_from_the_config(name: str, monkeypatch
 def test_every_loss_learns_its_temperature_through_the_job(name: str) -> None:
     """One step of each registered loss with loss.learnable_temperature: τ gets a finite, non-zero gradient."""
     from contrastlab.train.job import build_encoder, make_objective
-    from contrastlab.train.job_config import needs_negatives, takes_labels
+    from contrastlab.train.job_config import needs_negatives, takes_labels, takes_teacher_scores
     from contrastlab.train.sources import DATA_BUILDERS
 
     fn = loss_registry()[name]
@@ -99,6 +99,8 @@ def test_every_loss_learns_its_temperature_through_the_job(name: str) -> None:
     batch = source.batch_at(0)
     if takes_labels(fn):
         batch["labels"] = torch.arange(16) % 4
+    if takes_teacher_scores(fn):
+        batch["teacher_scores"] = torch.randn(16, 9, generator=torch.Generator().manual_seed(0))
     torch.manual_seed(0)
     model = build_encoder(config, source)
     objective, extra = make_objective(config, model)

@@ -1,0 +1,77 @@
+"""Distillation on SciFact: the bundled MiniLM fine-tuned with a teacher's scores against plain InfoNCE.
+
+Two stages write under ``--work``, a folder outside the repository (SciFact is CC BY-NC):
+
+* ``pairs`` — the train part of ``holdout(task, 0.2, seed=0)`` as (query, relevant document) rows,
+  ``WORK/train_pairs.jsonl``, to mine with ``contrastlab mine --teacher``;
+* ``configs`` — the two ``contrastlab train`` jobs at one budget (one epoch of the mined rows, batch 32,
+  max_seq_length 256, AdamW 2e-5, seed 0): ``WORK/infonce.yaml`` (InfoNCE, τ = 0.05, the mined negatives as
+  per-anchor hard negatives) and ``WORK/marginmse.yaml`` (MarginMSE on the teacher's cosine scores, cosine
+  student at τ = 1).
+
+The teacher's check and the dev scores are ``contrastlab audit MODEL --task``'s, the comparison
+``contrastlab compare``'s (the commands are in docs/ecosystem.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact-train"
+
+
+def _train_part():
+    """The train part of ``holdout(read_beir_task(SCIFACT, "train"), 0.2, seed=0)``."""
+    from contrastlab.tasks import holdout, read_beir_task
+
+    train, _ = holdout(read_beir_task(SCIFACT, split="train"), 0.2, seed=0)
+    return train
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("stage", choices=["pairs", "configs"])
+    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--max-seq-length", type=int, default=256)
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.stage == "pairs":
+        task = _train_part()
+        text = dict(zip(task.doc_ids, task.doc_texts, strict=True))
+        rows = [[qt, text[d]] for q, qt in zip(task.query_ids, task.query_texts, strict=True) for d in task.relevant(q)]
+        out = args.work / "train_pairs.jsonl"
+        out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        print(f"{len(rows)} pairs of {len(task.query_ids)} train-part queries: {out}")
+    elif args.stage == "configs":
+        import math
+
+        from contrastlab.data.text_pairs import read_text_pairs
+        from contrastlab.train.dataconf import dump_config, from_dict
+        from contrastlab.train.job_config import JobConfig
+        from contrastlab.train.teacher_scores import scores_path
+
+        mined = args.work / "mined.jsonl"
+        rows, eval_n, batch = len(read_text_pairs(mined)), 2, 32
+        common = {
+            "encoder": {"name": "minilm", "out_dim": 384, "max_seq_length": args.max_seq_length},
+            "train": {"steps": math.ceil((rows - eval_n) / batch), "seed": 0, "log_every": 1,
+                      "optim": {"name": "adamw", "lr": 2e-5, "warmup_steps": 2}},
+            "eval": {"n": eval_n},
+        }  # fmt: skip
+        jobs = {
+            "infonce": {"data": {"name": "text", "batch_size": batch, "text": {"path": str(mined)}},
+                        "loss": {"name": "info_nce", "temperature": 0.05}},
+            "marginmse": {"data": {"name": "text", "batch_size": batch,
+                                   "text": {"path": str(mined), "teacher_scores": str(scores_path(mined))}},
+                          "loss": {"name": "margin_mse", "normalize": True, "temperature": 1.0}},
+        }  # fmt: skip
+        for name, job in jobs.items():
+            cfg = from_dict(JobConfig, {**common, **job})  # checked here, before a run starts
+            dump_config(cfg, args.work / f"{name}.yaml")
+            print(f"{args.work / f'{name}.yaml'}: {cfg.train.steps} steps of {batch} ({rows} mined rows)")
+
+
+if __name__ == "__main__":
+    main()
