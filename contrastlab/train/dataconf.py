@@ -248,6 +248,11 @@ def _parse_text(text: str, tp: Any, path: str) -> Any:
             return _parse_list(text, listed, path)
         if origin in (Union, types.UnionType) and str in args:
             return text
+        if tp is float or (origin in (Union, types.UnionType) and float in args):
+            try:  # inf, -inf (as --help prints an infinite default), nan: Python's float literals
+                return float(text)
+            except ValueError:
+                pass
         raise ConfigError(f"{path} must be {_type_name(tp)}, got {text!r}") from None
     if listed is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         value = [value]
