@@ -45,7 +45,8 @@ def test_the_first_screen_says_what_it_is_gives_the_two_commands_and_a_figure() 
     assert README.index("## Common tasks") < README.index("## Read next")
     for task in (
         "Audit a model",
-        "Fine-tune on your pairs",
+        "Audit on a BEIR task",
+        "Compare two models",
         "Mine hard negatives",
         "Train from a config",
         "Search an index",
