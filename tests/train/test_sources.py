@@ -11,6 +11,7 @@ from contrastlab.train import TrainConfig
 from contrastlab.train.job import build_encoder, check_job, make_loss_fn
 from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig, TextDataConfig, ViewsConfig
 from contrastlab.train.sources import DATA_BUILDERS
+from contrastlab.train.sources_config import SourceConfig, SourcesConfig
 from tests.data.writers import WRITERS
 
 
@@ -28,11 +29,20 @@ def _text_inputs(tmp_path: Path) -> tuple[TextDataConfig, EncoderConfig]:
 def test_every_dataset_builds_pure_batches_and_a_finite_loss_step(name: str, tmp_path: Path) -> None:
     if name in WRITERS:
         WRITERS[name](tmp_path, 3)
-    text, encoder = (
-        _text_inputs(tmp_path) if name == "text" else (TextDataConfig(), EncoderConfig(hidden=(8,), out_dim=4))
-    )
+    texts = name in ("text", "sources")
+    text, encoder = _text_inputs(tmp_path) if texts else (TextDataConfig(), EncoderConfig(hidden=(8,), out_dim=4))
+    # the sources entry: the same pairs file as its one dataset
+    sources = SourcesConfig(datasets=(SourceConfig(path=text.path, kind="pairs"),)) if name == "sources" else None
     config = JobConfig(
-        data=DataConfig(name=name, root=str(tmp_path), batch_size=2, image_size=8, latent_dim=3, text=text),
+        data=DataConfig(
+            name=name,
+            root=str(tmp_path),
+            batch_size=2,
+            image_size=8,
+            latent_dim=3,
+            text=text,
+            **({"sources": sources} if sources is not None else {}),
+        ),
         views=ViewsConfig(crop_scale=(0.5, 1.0)),
         encoder=encoder,
         train=TrainConfig(steps=1, seed=3, progress=False),
