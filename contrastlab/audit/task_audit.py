@@ -50,7 +50,7 @@ from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import encode_texts, load_model
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.eval.bootstrap import bootstrap_mean
-from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, tie_keys
+from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, rank_run, tie_keys
 from contrastlab.search.sharded import ShardedSearch
 from contrastlab.tasks import RetrievalTask, holdout, read_beir_task
 
@@ -175,6 +175,12 @@ class TaskFound:
         cross_entropy: ``(Q,)`` each query's cross-entropy at its τ.
         log_partition: ``(Q,)``; entropy: ``(Q,)``.
         fit_on: ``"other fold"`` or ``"all queries"``.
+        correct_top1: ``(Q,)`` 1 where the first-ranked document has grade > 0.
+        softmax_top1: ``(Q,)`` the softmax search's probability of the first-ranked document at the query's τ.
+        risk, tails, n_tail_pairs, geo: the multi-positive risk curve, the tail fit (``None`` when too few
+            negatives), the negatives it had, alignment and uniformity.
+        norms, nd, claims: the queries' norms, their diagnostics and the norm paper's claims.
+        compression: the compression audit on the pairs (``None`` without ``compress``).
     """
 
     per_query: dict[str, np.ndarray]
@@ -188,7 +194,6 @@ class TaskFound:
     fit_on: str
     correct_top1: np.ndarray
     softmax_top1: np.ndarray
-    top_ids: np.ndarray
     risk: dict[str, Any]
     tails: Any
     n_tail_pairs: int
@@ -220,8 +225,6 @@ def task_run(
             ]
         )
         ids = np.where(same, -1, ids)
-    from contrastlab.search.graded import rank_run
-
     ids, scores = rank_run(ids, scores, tie_keys(task.doc_ids))
     return ids[:, :top_k], scores[:, :top_k]
 
@@ -373,7 +376,6 @@ def diagnose_task(
         fit_on=fit_on,
         correct_top1=correct_top1,
         softmax_top1=softmax_top1,
-        top_ids=ids,
         risk=risk,
         tails=tails,
         n_tail_pairs=n_tail_pairs,
