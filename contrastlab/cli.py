@@ -360,6 +360,20 @@ def _cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
 # --------------------------------------------------------------------------------------------- audit
 
 
+def _print_results(results: dict[str, Any], out: Path) -> int:
+    """Print a results folder's tables and summary, then where its files are; the exit code of success."""
+    from rich.console import Console
+
+    from contrastlab.experiments.demo import _print_table
+
+    console = Console()
+    for table in results["tables"]:
+        _print_table(console, table)
+    console.print(results["summary"])
+    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
+    return EXIT_OK
+
+
 def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit import QUICK, AuditConfig
     from contrastlab.audit.run import audit
@@ -385,16 +399,7 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument, file and line
         raise UsageError(f"audit: {' '.join(str(e).split())}") from None
-    from rich.console import Console
-
-    from contrastlab.experiments.demo import _print_table
-
-    console = Console()
-    for table in results["tables"]:
-        _print_table(console, table)
-    console.print(results["summary"])
-    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
-    return EXIT_OK
+    return _print_results(results, out)
 
 
 # ------------------------------------------------------------------------------------------- compare
@@ -411,16 +416,7 @@ def _cmd_compare(args: argparse.Namespace, rest: list[str]) -> int:
         results = compare(args.models, out, cfg)
     except ValueError as e:  # bad input: the message names the argument or file
         raise UsageError(f"compare: {' '.join(str(e).split())}") from None
-    from rich.console import Console
-
-    from contrastlab.experiments.demo import _print_table
-
-    console = Console()
-    for table in results["tables"]:
-        _print_table(console, table)
-    console.print(results["summary"])
-    print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
-    return EXIT_OK
+    return _print_results(results, out)
 
 
 # -------------------------------------------------------------------------------------------- encode

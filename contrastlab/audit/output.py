@@ -26,7 +26,7 @@ from contrastlab.audit.compress import CompressionResult
 from contrastlab.audit.norm_audit import NormClaims
 from contrastlab.search.sharded import ShardedSearch, split_rows
 
-__all__ = ["open_corpus", "write_run_folder", "compression_sentence", "plot_claims"]
+__all__ = ["open_corpus", "write_run_folder", "compression_sentence", "plot_claims", "risk_table"]
 
 
 @contextmanager
@@ -139,3 +139,11 @@ def plot_claims(claims: NormClaims, path: Path, title: str) -> None:
 
     estimates = {name: claims.claims[name].estimate.value for name in ("frequency", "specificity")}
     plot_norm_claims(claims.word_data, claims.pair_data, estimates, path, title=title)
+
+
+def risk_table(risk: dict[str, Any], title: str) -> dict[str, Any]:
+    """The report's table of a risk curve (:func:`contrastlab.audit.diagnostics.risk_curve`): k, risk, gap, s.e."""
+    rows = zip(
+        risk["ks"], risk["risk"]["mean"], risk["risk"]["se"], risk["gap"]["mean"], risk["gap"]["se"], strict=True
+    )
+    return {"title": title, "columns": ["k", "risk", "risk s.e.", "gap", "gap s.e."], "rows": [list(r) for r in rows]}

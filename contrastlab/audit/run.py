@@ -45,7 +45,7 @@ from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
-from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, write_run_folder
+from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.eval.probe import mean_ci
 from contrastlab.search.sharded import ShardedSearch
 
@@ -462,21 +462,10 @@ def _report(
                 ["uniformity (queries)", geo["uniformity_queries"]],
             ],
         },
-        {
-            "title": f"InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ (mean ± s.e. over queries)",
-            "columns": ["k", "risk", "risk s.e.", "gap", "gap s.e."],
-            "rows": [
-                [k, r, rs, g, gs]
-                for k, r, rs, g, gs in zip(
-                    risk["ks"],
-                    risk["risk"]["mean"],
-                    risk["risk"]["se"],
-                    risk["gap"]["mean"],
-                    risk["gap"]["se"],
-                    strict=True,
-                )
-            ],
-        },
+        risk_table(
+            risk,
+            f"InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ (mean ± s.e. over queries)",
+        ),
         {
             "title": "Hard-negative tails (query → document cosines)",
             "columns": ["quantity", "value"],

@@ -49,6 +49,7 @@ from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import encode_texts, load_model
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
+from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, rank_run, tie_keys
 from contrastlab.search.sharded import ShardedSearch
@@ -438,8 +439,6 @@ def audit_task(
 
     ``ray``: a connected Ray module or ``None`` (the caller's engine session).
     """
-    from contrastlab.audit.output import open_corpus
-
     started = _dt.datetime.now(_dt.timezone.utc)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -503,7 +502,6 @@ def _task_report(
 ) -> dict[str, Any]:
     """Report stage on a task: summary, tables, figures, ``results.json`` and ``mteb_results.json``."""
     import contrastlab
-    from contrastlab.audit.output import write_run_folder
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()
@@ -593,22 +591,11 @@ def _task_report(
                 ["uniformity (documents)", found.geo["uniformity_documents"]],
             ],
         },
-        {
-            "title": f"Multi-positive InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ "
+        risk_table(
+            risk,
+            f"Multi-positive InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ "
             "(mean ± s.e. over queries)",
-            "columns": ["k", "risk", "risk s.e.", "gap", "gap s.e."],
-            "rows": [
-                list(r)
-                for r in zip(
-                    risk["ks"],
-                    risk["risk"]["mean"],
-                    risk["risk"]["se"],
-                    risk["gap"]["mean"],
-                    risk["gap"]["se"],
-                    strict=True,
-                )
-            ],
-        },
+        ),
         {
             "title": "Hard-negative tails (query → document cosines, relevant documents left out)",
             "columns": ["quantity", "value"],
@@ -640,8 +627,6 @@ def _task_report(
         metrics.update(claims["metrics"])
         tables.append(claims["table"])
     if found.compression is not None:
-        from contrastlab.audit.output import compression_sentence
-
         summary = f"{summary} {compression_sentence(found.compression)}"
         tables.append(found.compression.table())
     identity = task_identity(task)
@@ -685,8 +670,6 @@ def _task_report(
             plot_tail_diagnostics(tails, stage / "tails.png", title=f"{title}: query → document negatives")
         plot_norms(found.norms, None, found.correct_top1, stage / "norms.png", title=title)
         if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
-            from contrastlab.audit.output import plot_claims
-
             plot_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
