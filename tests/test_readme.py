@@ -17,10 +17,11 @@ FIRST_SCREEN = 30  # lines
 
 
 def _commands() -> list[list[str]]:
-    """Every ``contrastlab ...`` line of the README's bash blocks, split like a shell, comments dropped."""
+    """Every ``contrastlab ...`` command of the README's bash blocks (a line ending in ``\\`` goes on to the next),
+    split like a shell, comments dropped."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():
             words = shlex.split(line, comments=True)
             if words and words[0] == "contrastlab":
                 out.append(words[1:])

@@ -510,9 +510,12 @@ def run_job(
     summary = (
         f"Trained {_describe_encoder(config)}{nested_lora} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
-        f"in {result.seconds:.1f} s. Held-out: loss {final.get('loss', float('nan')):.4f}, "
-        f"alignment {final.get('alignment', float('nan')):.4f}, uniformity {final.get('uniformity', float('nan')):.4f}"
-        f"{extras}."
+        f"in {result.seconds:.1f} s. Held-out: "
+        + ", ".join(
+            f"{name} {final[name]:.4f}" if name in final else f"{name} not computed"
+            for name in ("loss", "alignment", "uniformity")
+        )
+        + f"{extras}."
     )
     if selected is not None:
         summary += (

@@ -108,6 +108,7 @@ def test_a_distillation_run_reads_the_scores_with_its_batches(mined, tmp_path: P
     assert batch["negatives"].shape[:2] == (4, 2)
     results = run_job(cfg, tmp_path / "run")
     assert np.isfinite(results["metrics"]["train_loss"]) and "eval_loss" not in results["metrics"]
+    assert "Held-out: loss not computed, alignment " in results["summary"] and "nan" not in results["summary"]
     from contrastlab.train.job import build_encoder
 
     model = build_encoder(cfg, source)
