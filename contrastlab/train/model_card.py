@@ -112,6 +112,12 @@ def model_card(
             lines.append(f"- {key}: `{_value(prov[key])}`")
     if "sha256" not in prov:
         lines.append("- content hash: not recorded by the run")
+    scored = prov.get("teacher_scores")
+    if isinstance(scored, Mapping):
+        lines.append(
+            f"- teacher scores: `{scored.get('path')}` (teacher `{scored.get('teacher')}`, "
+            f"sha256 `{scored.get('sha256')}`)"
+        )
     lines += ["", "## Loss", ""]
     lines.append(f"- `{loss.get('name')}`, temperature {_value(loss.get('temperature'))}" + (
         " (learned; its start value)" if loss.get("learnable_temperature") else ""
@@ -130,7 +136,14 @@ def model_card(
     if dims:
         lines.append(f"- Matryoshka prefixes: {_value(dims)}")
     neg = config.get("negatives") or {}
-    if neg:
+    columns = [c for c in prov.get("columns") or [] if str(c).startswith("negative")]
+    if columns and isinstance(scored, Mapping):
+        lines.append(
+            f"- candidates: each row's positive and its {len(columns)} negative column(s), scored by the teacher"
+        )
+    elif columns:
+        lines.append(f"- negatives: each row's {len(columns)} negative column(s) (per anchor)")
+    elif neg:
         lines.append(f"- negatives: {neg.get('kind')}")
     lines += ["", "## Budget", ""]
     lines.append(

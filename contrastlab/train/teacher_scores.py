@@ -24,7 +24,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["SUFFIX", "scores_path", "row_id", "score_rows", "write_teacher_scores", "read_teacher_scores"]
+__all__ = [
+    "SUFFIX",
+    "scores_path",
+    "row_id",
+    "score_rows",
+    "write_teacher_scores",
+    "read_teacher_scores",
+    "read_teacher_scores_file",
+]
 
 SUFFIX = ".teacher.jsonl"
 """The suffix ``contrastlab mine --teacher`` appends to the pairs file's name."""
@@ -97,12 +105,26 @@ def read_teacher_scores(path: str | Path, rows: Sequence[Sequence[str]]) -> np.n
         ValueError: starting with ``path``: a missing or corrupt file, a count, width or id that does not
             match ``rows`` (the line named), a non-finite score.
     """
+    return read_teacher_scores_file(path, rows)[0]
+
+
+def read_teacher_scores_file(path: str | Path, rows: Sequence[Sequence[str]]) -> tuple[np.ndarray, dict[str, str]]:
+    """:func:`read_teacher_scores`, and what a model card names of the file read.
+
+    Returns:
+        ``(scores, provenance)``: the ``(R, 1 + K)`` scores and ``{"path", "teacher", "sha256"}`` — the
+        teacher its header names and the SHA-256 of the bytes these scores were read from.
+
+    Raises:
+        ValueError: as :func:`read_teacher_scores`.
+    """
     from contrastlab.io import CorruptFileError, loads_json_verified
 
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{p} does not exist")
-    lines = p.read_bytes().splitlines()
+    data = p.read_bytes()
+    lines = data.splitlines()
     try:
         records = [loads_json_verified(line, f"{p}:{i + 1}") for i, line in enumerate(lines)]
     except (CorruptFileError, ValueError) as e:
@@ -130,4 +152,9 @@ def read_teacher_scores(path: str | Path, rows: Sequence[Sequence[str]]) -> np.n
         out[i] = s
     if not np.isfinite(out).all():
         raise ValueError(f"{p}: contains NaN or Inf scores")
-    return out
+    provenance = {
+        "path": str(path),
+        "teacher": str(records[0].get("teacher")),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    return out, provenance

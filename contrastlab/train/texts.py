@@ -182,7 +182,9 @@ def build_texts(config: JobConfig) -> DataSource:
     if batch_size > len(train):
         raise ConfigError(f"data.batch_size ({batch_size}) exceeds the {len(train)} training pairs of {train.name}")
     k = train.num_negatives
-    scores = _teacher_scores(config, train, held)
+    scores, scores_provenance = _teacher_scores(config, train, held)
+    if scores_provenance is not None:
+        provenance = {**provenance, "teacher_scores": scores_provenance}
     if k and scores is None and takes_teacher_scores(loss_registry()[config.loss.name]):
         raise ConfigError(
             f"loss.name {config.loss.name!r} distils a teacher's scores of the {k} negative column(s); set "
@@ -221,8 +223,13 @@ def build_texts(config: JobConfig) -> DataSource:
     )
 
 
-def _teacher_scores(config: JobConfig, train: TextPairs, held: TextPairs) -> Tensor | None:
-    """The training rows' teacher scores ``(R, 1 + K)`` from ``data.text.teacher_scores``, checked against the file.
+def _teacher_scores(
+    config: JobConfig, train: TextPairs, held: TextPairs
+) -> tuple[Tensor, dict[str, str]] | tuple[None, None]:
+    """The training rows' teacher scores ``(R, 1 + K)`` from ``data.text.teacher_scores``, and the file's provenance.
+
+    The scores are checked against the pairs file; the provenance is its path, teacher and SHA-256.
+    ``(None, None)`` without the field.
 
     Raises:
         contrastlab.train.ConfigError: naming ``data.text.teacher_scores`` (scores of another pairs file, a
@@ -230,11 +237,11 @@ def _teacher_scores(config: JobConfig, train: TextPairs, held: TextPairs) -> Ten
     """
     path = config.data.text.teacher_scores
     if path is None:
-        return None
-    from contrastlab.train.teacher_scores import read_teacher_scores
+        return None, None
+    from contrastlab.train.teacher_scores import read_teacher_scores_file
 
     try:
-        scores = read_teacher_scores(path, [*train.rows, *held.rows])
+        scores, provenance = read_teacher_scores_file(path, [*train.rows, *held.rows])
     except ValueError as e:
         raise ConfigError(f"data.text.teacher_scores: {e}") from None
-    return torch.from_numpy(scores[: len(train)])
+    return torch.from_numpy(scores[: len(train)]), provenance

@@ -68,3 +68,23 @@ def test_a_step_without_an_evaluation_gets_no_metric(run: Path) -> None:
 def test_contrastlab_export_writes_the_same_card(run: Path, tmp_path: Path) -> None:
     assert cli.main(["export", str(run), "--st", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "README.md").read_text() == (run / MODEL_FOLDER / "README.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("columns", "teacher", "line"),
+    [
+        (["anchor", "positive"], False, "- negatives: in_batch"),
+        (["anchor", "positive", "negative_1", "negative_2"], False, "- negatives: each row's 2 negative column(s) (per anchor)"),
+        (["anchor", "positive", "negative_1"], True, "- candidates: each row's positive and its 1 negative column(s), scored by the teacher"),
+    ],
+)  # fmt: skip
+def test_the_card_says_which_negatives_the_loss_saw(columns: list[str], teacher: bool, line: str) -> None:
+    from contrastlab.train.model_card import model_card
+
+    prov: dict[str, object] = {"kind": "pairs file", "path": "p.tsv", "rows": 8, "columns": columns}
+    if teacher:
+        prov["teacher_scores"] = {"path": "p.tsv.teacher.jsonl", "teacher": "T", "sha256": "ab"}
+    config = {"data": {"name": "text"}, "loss": {"name": "info_nce"}, "negatives": {"kind": "in_batch"}}
+    card = model_card(config=config, step=1, metrics=None, version="0", similarity="cosine", data_provenance=prov)
+    assert line in card.splitlines()
+    assert ("- teacher scores: `p.tsv.teacher.jsonl` (teacher `T`, sha256 `ab`)" in card) is teacher

@@ -109,6 +109,10 @@ def test_a_distillation_run_reads_the_scores_with_its_batches(mined, tmp_path: P
     results = run_job(cfg, tmp_path / "run")
     assert np.isfinite(results["metrics"]["train_loss"]) and "eval_loss" not in results["metrics"]
     assert "Held-out: loss not computed, alignment " in results["summary"] and "nan" not in results["summary"]
+    card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
+    digest = hashlib.sha256(scores_path(out).read_bytes()).hexdigest()
+    assert f"- teacher scores: `{scores_path(out)}` (teacher `{bert}`, sha256 `{digest}`)" in card
+    assert "- candidates: each row's positive and its 2 negative column(s), scored by the teacher" in card
     from contrastlab.train.job import build_encoder
 
     model = build_encoder(cfg, source)
