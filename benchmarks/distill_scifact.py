@@ -1,6 +1,6 @@
 """Distillation on SciFact: the bundled MiniLM fine-tuned with a teacher's scores against plain InfoNCE.
 
-Two stages write under ``--work``, a folder outside the repository (SciFact is CC BY-NC):
+Two stages write under ``--work``, a folder outside the repository (SciFact is CC BY-NC), and a third reads:
 
 * ``pairs`` — the train part of ``holdout(task, 0.2, seed=0)`` as (query, relevant document) rows,
   ``WORK/train_pairs.jsonl``, to mine with ``contrastlab mine --teacher``;
@@ -8,8 +8,7 @@ Two stages write under ``--work``, a folder outside the repository (SciFact is C
   max_seq_length 256, AdamW 2e-5, seed 0): ``WORK/infonce.yaml`` (InfoNCE, τ = 0.05, the mined negatives as
   per-anchor hard negatives), ``WORK/marginmse.yaml`` (MarginMSE on the teacher's cosine scores, cosine
   student at τ = 1) and ``WORK/distillkl.yaml`` (listwise KL over each row's three candidates, student's and
-  teacher's softmax both at InfoNCE's τ = 0.05).
-
+  teacher's softmax both at InfoNCE's τ = 0.05);
 * ``teacher-dev`` — the teacher's nDCG@10 on the dev part's queries, read from its audit of the whole split
   (a query's nDCG@10 depends only on its own ranking of the corpus), and each student's paired difference
   from it (``--teacher-audit DIR --audits DIR ...``, audits of the dev part).
@@ -61,15 +60,20 @@ def _teacher_on_dev(teacher_audit: Path, audits: list[Path], metric: str = "ndcg
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stage", choices=["pairs", "configs", "teacher-dev"])
-    ap.add_argument("--work", type=Path, required=True)
+    ap.add_argument("--work", type=Path, help="pairs, configs: the folder they write (outside the repository)")
     ap.add_argument("--max-seq-length", type=int, default=256)
     ap.add_argument("--teacher-audit", type=Path, help="teacher-dev: the teacher's audit of the whole split")
     ap.add_argument("--audits", type=Path, nargs="*", default=[], help="teacher-dev: audits of the dev part")
     args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
     if args.stage == "teacher-dev":
+        if args.teacher_audit is None:
+            ap.error("teacher-dev needs --teacher-audit")
         _teacher_on_dev(args.teacher_audit, args.audits)
-    elif args.stage == "pairs":
+        return
+    if args.work is None:
+        ap.error(f"{args.stage} needs --work")
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.stage == "pairs":
         task = _train_part()
         text = dict(zip(task.doc_ids, task.doc_texts, strict=True))
         rows = [[qt, text[d]] for q, qt in zip(task.query_ids, task.query_texts, strict=True) for d in task.relevant(q)]
@@ -82,10 +86,14 @@ def main() -> None:
         from contrastlab.data.text_pairs import read_text_pairs
         from contrastlab.train.dataconf import dump_config, from_dict
         from contrastlab.train.job_config import JobConfig
-        from contrastlab.train.teacher_scores import scores_path
+        from contrastlab.train.teacher_scores import read_teacher_scores, scores_path
 
         mined = args.work / "mined.jsonl"
-        rows, eval_n, batch = len(read_text_pairs(mined)), 2, 32
+        pairs = read_text_pairs(mined)
+        rows, eval_n, batch = len(pairs), 2, 32
+        teacher = read_teacher_scores(scores_path(mined), pairs.rows)  # (rows, 1 + K), verified against the rows
+        first = float((teacher[:, 0] > teacher[:, 1:].max(axis=1)).mean())
+        print(f"the teacher ranks the positive above every mined negative in {first:.1%} of the {rows} rows")
         common = {
             "encoder": {"name": "minilm", "out_dim": 384, "max_seq_length": args.max_seq_length},
             "train": {"steps": math.ceil((rows - eval_n) / batch), "seed": 0, "log_every": 1,
