@@ -1,23 +1,27 @@
 """Batches without false negatives: :class:`ConflictFreeSampler` and :func:`false_negative_mask`.
 
-With in-batch negatives, row j's texts are negatives of row i. Two rows *conflict* when one of them would
-be a false negative of the other:
+With in-batch negatives, row j's positive is a negative of row i's anchor. A candidate is a *false
+negative* of an anchor when it is, as text, the anchor itself, the anchor's own positive (another row
+holding the same text), or another document relevant to the anchor (its query's other positives). Texts
+are compared by key (an identical text has one key, e.g. the token ids the model reads); keys are exact
+(hashable values compared for equality, nothing hashed down), so no false negative is ever missed.
 
-* they share a text (by key: an identical text has one key, e.g. the token ids the model reads), or
-* one row's text is a *protected* key of the other: a query's other relevant documents (every relevant
-  document of the query is protected for each of its pairs).
+The relation is per anchor. Take rows (A, p1) and (B, p2) where A's relevant documents are p1 and p2, and
+B's is p2: column p2 is a false negative of anchor A, while column p1 is a true negative of anchor B.
 
-Each example carries ``own`` keys (the ids of its texts: anchor, positive, negatives) and ``protected``
-keys (the ids of texts that must not be its negatives). Rows i and j conflict iff
-``own(i) ∩ (own(j) ∪ protected(j)) ≠ ∅`` or ``own(j) ∩ protected(i) ≠ ∅``. Keys are exact (hashable
-values compared for equality, nothing hashed down), so no conflict is ever missed.
+Two ways to keep false negatives out of the loss:
 
-Two ways to keep conflicts out of the loss:
-
-* :class:`ConflictFreeSampler` never puts two conflicting rows in one batch (every loss, every batch
-  keeps its N − 1 negatives per anchor);
-* :func:`false_negative_mask` marks them in a batch drawn without that care, for a loss with
-  per-candidate ``weights`` (:func:`contrastlab.losses.info_nce`), which then leaves those columns out.
+* :func:`false_negative_mask` marks, anchor by anchor, the candidate columns of a batch drawn without
+  care, for a loss with per-candidate ``weights`` (:func:`contrastlab.losses.info_nce`), which then leaves
+  exactly those columns out of that anchor's sums;
+* :class:`ConflictFreeSampler` never puts two *conflicting* rows in one batch, so every loss, every batch
+  keeps its N − 1 negatives per anchor. One batch shows row j's texts to row i and row i's texts to row j,
+  so the relation between rows is symmetric: each example carries ``own`` keys (its texts: anchor,
+  positive, negatives) and ``protected`` keys (texts that must not be its negatives), and rows i and j
+  conflict iff ``own(i) ∩ (own(j) ∪ protected(j)) ≠ ∅`` or ``own(j) ∩ protected(i) ≠ ∅``
+  (:func:`conflicts`). Any pair of rows with a false negative in either direction conflicts; the
+  relation is loss-agnostic, so it also keeps apart rows whose only common text is one no loss compares
+  (e.g. two rows sharing a hard negative).
 """
 
 from __future__ import annotations
@@ -36,13 +40,18 @@ __all__ = ["ConflictFreeSampler", "false_negative_mask", "conflicts"]
 Keys = Sequence[Hashable]
 
 
-def _check_keys(own: Sequence[Keys], protected: Sequence[Keys] | None) -> Sequence[Keys]:
+def _check_keys(
+    own: Sequence[Keys] | Sequence[Hashable],
+    protected: Sequence[Keys] | None,
+    *,
+    names: tuple[str, str] = ("own", "protected"),
+) -> Sequence[Keys]:
     if len(own) == 0:
-        raise ValueError("own must hold the keys of at least one example")
+        raise ValueError(f"{names[0]} must hold the keys of at least one example")
     if protected is None:
         return [()] * len(own)
     if len(protected) != len(own):
-        raise ValueError(f"protected must have one entry per example ({len(own)}), got {len(protected)}")
+        raise ValueError(f"{names[1]} must have one entry per example ({len(own)}), got {len(protected)}")
     return protected
 
 
@@ -52,37 +61,47 @@ def conflicts(own_i: Keys, prot_i: Keys, own_j: Keys, prot_j: Keys) -> bool:
     return bool(oi & oj or oi & set(prot_j) or oj & set(prot_i))
 
 
-def false_negative_mask(own: Sequence[Keys], protected: Sequence[Keys] | None = None) -> Tensor:
-    """``mask[i, j]``: row j is a false negative of row i (they conflict, ``j ≠ i``). Shape ``(N, N)``.
+def false_negative_mask(
+    anchors: Sequence[Hashable], positives: Sequence[Hashable], relevant: Sequence[Keys] | None = None
+) -> Tensor:
+    """``mask[i, j]``: row j's positive is a false negative of anchor i. Shape ``(N, N)``.
 
-    ``weights = (~mask).to(dtype)`` given to :func:`contrastlab.losses.info_nce` (in-batch negatives)
-    leaves exactly those candidates out of anchor i's sums; the diagonal (the positive) is never masked.
+    The rule is per anchor: for ``j ≠ i``, ``mask[i, j]`` holds iff ``positives[j]`` is ``anchors[i]``,
+    ``positives[i]``, or one of ``relevant[i]``. It is not symmetric: when anchor A's relevant documents
+    are p1 and p2 and anchor B's is p2, rows (A, p1) and (B, p2) give ``mask[A, B]`` (p2 is relevant to A)
+    and not ``mask[B, A]`` (p1 is a true negative of B). The diagonal (the positive itself) is never masked.
+
+    ``weights = (~mask).to(dtype)`` given to :func:`contrastlab.losses.info_nce` (in-batch negatives, the
+    columns being the rows' positives in order) leaves exactly those candidates out of anchor i's sums.
+    Under torchrun, the mask of the global batch cut by rows as the batch is
+    (:func:`contrastlab.distributed.shard_rows`) is each
+    rank's ``(n, N)`` weights over every rank's candidates, gathered in rank order.
 
     Args:
-        own: the keys of each row's texts, ``N`` entries.
-        protected: the keys each row must not meet among its negatives (None: none).
+        anchors: the key of each row's anchor text, ``N`` entries.
+        positives: the key of each row's positive text, ``N`` entries (the candidate columns).
+        relevant: the keys of the documents relevant to each row's anchor (its own positive may be among
+            them), ``N`` entries (None: only its own positive).
+
+    Raises:
+        ValueError: no rows, or ``positives``/``relevant`` without one entry per row.
 
     Examples:
-        >>> false_negative_mask([("a", "x"), ("b", "x"), ("c", "y")]).tolist()
-        [[False, True, False], [True, False, False], [False, False, False]]
+        >>> false_negative_mask(["A", "B"], ["p1", "p2"], [("p1", "p2"), ("p2",)]).tolist()
+        [[False, True], [False, False]]
     """
-    prot = _check_keys(own, protected)
-    n = len(own)
-    # rows by key: a row is linked to every row holding one of its keys as own or protected
-    holders: dict[Hashable, list[int]] = {}
-    protectors: dict[Hashable, list[int]] = {}
-    for i in range(n):
-        for k in set(own[i]):
-            holders.setdefault(k, []).append(i)
-        for k in set(prot[i]):
-            protectors.setdefault(k, []).append(i)
+    rel = _check_keys(anchors, relevant, names=("anchors", "relevant"))
+    n = len(anchors)
+    if len(positives) != n:
+        raise ValueError(f"positives must have one entry per example ({n}), got {len(positives)}")
+    columns: dict[Hashable, list[int]] = {}  # the columns holding each positive text
+    for j, k in enumerate(positives):
+        columns.setdefault(k, []).append(j)
     mask = torch.zeros(n, n, dtype=torch.bool)
-    for k, rows in holders.items():
-        others = rows + protectors.get(k, [])
-        idx = torch.tensor(rows)
-        oth = torch.tensor(others)
-        mask[idx.unsqueeze(1), oth.unsqueeze(0)] = True
-        mask[oth.unsqueeze(1), idx.unsqueeze(0)] = True
+    for i in range(n):
+        hit = [j for k in {anchors[i], positives[i], *rel[i]} for j in columns.get(k, ())]
+        if hit:
+            mask[i, hit] = True
     mask.fill_diagonal_(False)
     return mask
 

@@ -179,7 +179,9 @@ def build_sources(config: JobConfig) -> DataSource:
         idx = sampler(local).tolist()
         batch = text_batch(trains[i], idx, offsets[i], trains[i].num_negatives, config.prompts)
         if mask:
-            batch["false_negative"] = false_negative_mask([own[j] for j in idx], [protected[j] for j in idx])
+            batch["false_negative"] = false_negative_mask(
+                [own[j][0] for j in idx], [own[j][1] for j in idx], [protected[j] for j in idx]
+            )
         return batch
 
     held = TextPairs(tuple(held_rows), ("anchor", "positive"), "held out")

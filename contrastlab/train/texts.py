@@ -15,7 +15,8 @@ Batches are drawn by a :class:`~contrastlab.data.conflict_free.ConflictFreeSampl
 the same token ids — or pair one's anchor with another positive of it), or an
 :class:`~contrastlab.data.sampler.EpochSampler` (``mask``: the batch then carries ``"false_negative"``, the
 ``(N, N)`` :func:`~contrastlab.data.conflict_free.false_negative_mask` the job turns into the loss's
-``weights``; ``off``); both are pure functions of the step, so resume is exact. Batches carry the texts as ``(N, L)`` code-point rows
+``weights``: per anchor, the other rows whose positive is the anchor's text, its positive's text or
+another document relevant to it; ``off``); both are pure functions of the step, so resume is exact. Batches carry the texts as ``(N, L)`` code-point rows
 (:mod:`contrastlab.data.text_codes`), which a text encoder of :data:`contrastlab.models.text.TEXT_ENCODERS`
 tokenises; ``prompts.query`` is put before each anchor and ``prompts.document`` before every other text.
 ``"labels"`` is each pair's row number, so a loss over classes (``supcon``) treats a pair's
@@ -124,7 +125,7 @@ def row_keys(config: JobConfig, pairs: TextPairs) -> tuple[list[tuple[int, ...]]
 
     A row's own keys are the ids of its texts (one id per distinct token-id sequence,
     :func:`~contrastlab.train.text_keys.text_keys`); its protected keys are the positives of every row
-    with the same anchor (a query's other relevant documents).
+    with the same anchor (the query's relevant documents, the row's own positive among them).
     """
     from contrastlab.train.text_keys import text_keys
 
@@ -208,7 +209,9 @@ def build_texts(config: JobConfig) -> DataSource:
         idx = sampler(step).tolist()
         batch = rows_of(train, idx, 0, k)
         if mask_batches:
-            batch["false_negative"] = false_negative_mask([own[i] for i in idx], [protected[i] for i in idx])
+            batch["false_negative"] = false_negative_mask(
+                [own[i][0] for i in idx], [own[i][1] for i in idx], [protected[i] for i in idx]
+            )
         return batch
 
     return DataSource(

@@ -95,13 +95,78 @@ def test_impossible_batch_size_is_refused_naming_it():
         ConflictFreeSampler([("x",), ("y",)], 1, protected=[()])
 
 
-def test_mask_is_the_conflict_relation():
-    own, prot = _keys(30, 0.4, seed=5, protect=True)
-    mask = false_negative_mask(own, prot)
-    for i in range(30):
-        for j in range(30):
-            want = i != j and conflicts(own[i], prot[i], own[j], prot[j])
-            assert bool(mask[i, j]) == want
+def _shared_relevance(n: int, seed: int):
+    """(anchors, positives, relevant) of n rows, one row per (query, relevant document): each query has 1-3
+    documents drawn from a pool of n / 2, so queries share some documents and not others (a query with two
+    documents of which only one is relevant to another query); now and then a document is an earlier
+    query's text."""
+    rng = random.Random(seed)
+    pool = [("d", k) for k in range(n // 2)]
+    anchors, positives, relevant = [], [], []
+    q = 0
+    while len(anchors) < n:
+        docs = rng.sample(pool, rng.choice((1, 2, 3)))
+        if q and rng.random() < 0.15:
+            docs[0] = ("q", rng.randrange(q))
+        for d in docs:
+            anchors.append(("q", q))
+            positives.append(d)
+            relevant.append(tuple(docs))
+        q += 1
+    return anchors[:n], positives[:n], relevant[:n]
+
+
+def _false_negatives(anchors, positives, relevant):
+    """The rule, written as a loop: column j is a false negative of anchor i (j ≠ i) when row j's positive
+    is anchor i's text, anchor i's own positive, or another document relevant to anchor i."""
+    n = len(anchors)
+    return [
+        [j != i and (positives[j] == anchors[i] or positives[j] == positives[i] or positives[j] in relevant[i])
+         for j in range(n)]
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_mask_is_per_anchor_a_true_negative_of_the_other_row_stays():
+    # A is relevant to p1 and p2, B to p2 only: p2 is a false negative of A, p1 a true negative of B
+    rows = [("A", "p1"), ("A", "p2"), ("B", "p2"), ("C", "A")]  # C's document is A's text
+    relevant = [("p1", "p2"), ("p1", "p2"), ("p2",), ("A",)]
+    mask = false_negative_mask([a for a, _ in rows], [p for _, p in rows], relevant)
+    assert mask.tolist() == [
+        [False, True, True, True],  # (A, p1): p2 twice, and A's own text
+        [True, False, True, True],  # (A, p2): p1, p2 (its own positive's text), and A's own text
+        [False, True, False, False],  # (B, p2): p2 is its positive's text; p1 is a true negative of B
+        [False, False, False, False],  # (C, A): nothing relevant to C
+    ]
+
+
+def test_mask_is_each_anchors_false_negatives_entry_by_entry():
+    asymmetric = 0
+    for seed in range(12):  # 12 batches of 20 rows
+        anchors, positives, relevant = _shared_relevance(20, seed)
+        mask = false_negative_mask(anchors, positives, relevant).tolist()
+        assert mask == _false_negatives(anchors, positives, relevant)
+        asymmetric += sum(mask[i][j] and not mask[j][i] for i in range(20) for j in range(20))
+    assert asymmetric > 0  # the batches hold false negatives of one anchor that are true negatives of the other
+
+
+def test_mask_refuses_keys_that_do_not_line_up_naming_them():
+    with pytest.raises(ValueError, match="anchors"):
+        false_negative_mask([], [])
+    with pytest.raises(ValueError, match="positives"):
+        false_negative_mask(["a", "b"], ["x"])
+    with pytest.raises(ValueError, match="relevant"):
+        false_negative_mask(["a", "b"], ["x", "y"], [("x",)])
+
+
+def test_sampler_batches_hold_no_false_negative_of_any_anchor():
+    anchors, positives, relevant = _shared_relevance(60, seed=3)
+    own = list(zip(anchors, positives, strict=True))
+    s = ConflictFreeSampler(own, 6, protected=relevant, seed=2, drop_last=False)
+    for k in range(2 * s.batches_in_epoch(0)):
+        b = s.indices_at(k).tolist()
+        fn = _false_negatives([anchors[i] for i in b], [positives[i] for i in b], [relevant[i] for i in b])
+        assert not any(map(any, fn)), b
 
 
 def _loss_without_columns(a, p, drop, tau):
@@ -116,13 +181,13 @@ def _loss_without_columns(a, p, drop, tau):
 
 
 @pytest.mark.parametrize("tau", [0.05, 0.5])
-def test_masked_loss_equals_the_loss_with_those_columns_removed(tau):
-    own, prot = _keys(12, 0.5, seed=6, protect=True)
-    mask = false_negative_mask(own, prot)
-    assert mask.any()  # the case is not vacuous
+def test_masked_loss_equals_the_loss_without_each_anchors_false_negatives(tau):
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(12, 8, generator=g, dtype=torch.float64)
-    p = a + 0.3 * torch.randn(12, 8, generator=g, dtype=torch.float64)
-    got = info_nce(a, p, temperature=tau, weights=(~mask).double())
-    want = _loss_without_columns(a, p, mask.tolist(), tau)
-    assert abs(float(got) - want) <= 1e-10 * max(1.0, abs(want))
+    for seed in range(12):
+        anchors, positives, relevant = _shared_relevance(20, seed)
+        mask = false_negative_mask(anchors, positives, relevant)
+        a = torch.randn(20, 8, generator=g, dtype=torch.float64)
+        p = a + 0.3 * torch.randn(20, 8, generator=g, dtype=torch.float64)
+        got = info_nce(a, p, temperature=tau, weights=(~mask).double())
+        want = _loss_without_columns(a, p, _false_negatives(anchors, positives, relevant), tau)
+        assert abs(float(got) - want) <= 1e-12 * max(1.0, abs(want)), seed

@@ -173,3 +173,31 @@ def test_task_source_protects_a_querys_other_documents_and_dev_metrics_use_the_t
     assert dev.doc_ids is not None and len(dev.documents) == 40 and all(len(r) == 2 for r in dev.relevant)
     results = run_job(cfg, tmp_path / "run")
     assert results["selected"]["metric"] == "ndcg@10" and 0 <= results["selected"]["value"] <= 1
+
+
+def test_task_source_mask_leaves_out_each_querys_own_documents_only(tmp_path: Path, bert: Path) -> None:
+    from contrastlab.train.job_config import TextDataConfig
+
+    cfg = JobConfig(
+        data=DataConfig(
+            name="sources",
+            batch_size=8,
+            text=TextDataConfig(false_negatives="mask"),
+            sources=SourcesConfig(datasets=(SourceConfig(path=str(_task(tmp_path)), kind="task", split="train"),)),
+        ),
+        encoder=EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16, max_seq_length=16),
+        loss=LossConfig(temperature=0.5),
+        eval=EvalConfig(n=4),
+    )
+    source = DATA_BUILDERS["sources"](cfg)
+    one_way = 0
+    for step in range(12):
+        b = source.batch_at(step)
+        queries = [int(a.split()[-1]) for a in codes_to_texts(b["anchor"])]
+        docs = [int(p.split()[1]) for p in codes_to_texts(b["positive"])]
+        # query q's relevant documents are q and q + 1; a query and document q + 1 of another query share it
+        # one way only: document q + 1 is relevant to query q, document q is not relevant to query q + 1
+        want = [[i != j and docs[j] in (queries[i], queries[i] + 1) for j in range(8)] for i in range(8)]
+        assert b["false_negative"].tolist() == want
+        one_way += sum(want[i][j] and not want[j][i] for i in range(8) for j in range(8))
+    assert one_way > 0
