@@ -116,10 +116,17 @@ def test_task_cli_bad_input_is_one_line_and_nothing_written(
 ) -> None:
     model_dir, task_dir = tiny
     out = tmp_path / "bad"
+    no_judgements = tmp_path / "header-only"  # a split whose qrels file is its header alone
+    no_judgements.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (no_judgements / name).write_text((task_dir / name).read_text())
+    (no_judgements / "qrels").mkdir()
+    (no_judgements / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
     for argv, expected in (
         (["--task", str(task_dir), "--split", "dev"], "split: 'dev' is not a split"),
         (["--task", str(tmp_path / "nowhere")], "is not a folder"),
         (["--task", str(task_dir), "--pairs", str(task_dir / "corpus.jsonl")], "pairs: give a task or a pairs file"),
+        (["--task", str(no_judgements)], f"split: 'test' of {no_judgements} has no queries: "),
     ):
         code = main(["audit", str(model_dir), *argv, "--out", str(out), "--quiet"])
         err = capsys.readouterr().err.strip()
