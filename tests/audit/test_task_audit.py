@@ -166,3 +166,18 @@ def test_a_task_without_relevant_documents_is_refused(tiny: tuple[Path, Path], t
     with pytest.raises(ValueError, match="has a document of grade > 0"):
         audit(_cfg(model_dir, root), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_n_boot_sets_the_retrieval_intervals_as_its_help_says(
+    tiny: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["audit", "--help"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("--n_boot"))
+    assert "retrieval" in line and "norm correlations" in line and "cross-entropy" in line
+    # one resample: each retrieval interval is the mean of that one resample, both its ends
+    model_dir, task_dir = tiny
+    cfg = AuditConfig(model=str(model_dir), task=str(task_dir), progress=False, n_boot=1, k_max=16, norm_words=40)
+    res = audit(cfg, tmp_path / "one")
+    for name in ("ndcg_at_10", "map_at_100", "recall_at_100", "mrr_at_10"):
+        assert res["intervals"][name][1] == res["intervals"][name][2]
