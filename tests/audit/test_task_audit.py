@@ -100,6 +100,9 @@ def test_task_audit_writes_mteb_layout_and_cross_fitted_tau(tiny: tuple[Path, Pa
     assert lo <= mean <= hi
     assert (out / "results.json").is_file() and (out / "report.html").is_file()
     assert res["task"]["name"] == "toy" and res["task"]["split"] == "test"
+    # the report names the folder the audit was moved into, not the staging folder it was written in
+    report = (out / "report.md").read_text()
+    assert f"folder `{out}`" in report and f".{out.name}-" not in report
 
 
 def test_task_audit_on_a_subset_says_it_is_not_comparable(tiny: tuple[Path, Path], tmp_path: Path) -> None:
