@@ -197,3 +197,19 @@ def test_the_report_names_the_output_folder_not_its_staging_folder(tmp_path: Pat
         text = (out / name).read_text()
         assert f".{out.name}-" not in text, name
     assert f"folder `{out}`" in (out / "report.md").read_text()
+
+
+def test_folders_of_per_task_audits_are_named_by_the_settings_all_their_audits_share(tmp_path: Path) -> None:
+    cfg = CompareConfig(metrics=("ndcg_at_10",), n_boot=200, n_perm=200)
+    for model, length in (("A", 16), ("B", 64)):
+        for task, n in (("t1", 20), ("t2", 25)):
+            folder = write_configured(
+                tmp_path / model / task, MINILM, _scores(np.random.default_rng(n), n), max_seq_length=length
+            )
+            res = read_json_verified(folder / "results.json")
+            res["task"]["name"] = task
+            res["config"]["task"] = f"/tasks/{task}"  # differs between a model's own audits: not a setting
+            write_json_atomic(folder / "results.json", res)
+    res = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "o", cfg)
+    assert res["model_names"] == ["max_seq_length=16", "max_seq_length=64"]
+    assert [row[0] for row in res["tables"][1]["rows"]] == ["max_seq_length=64"]
