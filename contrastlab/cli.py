@@ -360,16 +360,37 @@ def _cmd_report(args: argparse.Namespace, rest: list[str]) -> int:
 # --------------------------------------------------------------------------------------------- audit
 
 
+def _markdown_table(table: dict[str, Any]) -> str:
+    """A results table as markdown, every cell whole (floats to four decimals, as on a terminal)."""
+
+    def cell(v: Any) -> str:
+        return (f"{v:.4f}" if isinstance(v, float) else str(v)).replace("|", "\\|").replace("\n", " ")
+
+    lines = [f"**{table['title']}**", "", "| " + " | ".join(cell(c) for c in table["columns"]) + " |"]
+    lines.append("|" + "|".join("---" for _ in table["columns"]) + "|")
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in table["rows"]]
+    return "\n".join(lines) + "\n"
+
+
 def _print_results(results: dict[str, Any], out: Path) -> int:
-    """Print a results folder's tables and summary, then where its files are; the exit code of success."""
+    """Print a results folder's tables and summary, then where its files are; the exit code of success.
+
+    On a terminal the tables are drawn to its width; elsewhere (a log, a pipe) they are printed as markdown
+    tables and the summary as one line, so that no cell is cut.
+    """
     from rich.console import Console
 
     from contrastlab.experiments.demo import _print_table
 
     console = Console()
-    for table in results["tables"]:
-        _print_table(console, table)
-    console.print(results["summary"])
+    if console.is_terminal:
+        for table in results["tables"]:
+            _print_table(console, table)
+        console.print(results["summary"], markup=False)
+    else:
+        for table in results["tables"]:
+            print(_markdown_table(table))
+        print(results["summary"])
     print(f"results: {out / 'results.json'}\nreport: {out / 'report.html'}")
     return EXIT_OK
 

@@ -16,8 +16,9 @@ Two audits are paired only when they audited the same thing: the same task name 
 ids in the same order, the same corpus (ids and texts) and the same judgements (for audits on pairs, the same
 pairs file and audited pairs). Anything else is refused with one line before anything is computed.
 
-The output folder gets ``results.json`` (``comparisons``: one record per model × task × metric), a forest
-plot and the report.
+Each model is named by its audited model's description; where descriptions repeat (one model audited with
+different settings), by the settings in which its audits differ, else by its folder. The output folder gets
+``results.json`` (``comparisons``: one record per model × task × metric), a forest plot and the report.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import datetime as _dt
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,7 @@ class AuditScores:
         identity: every field two paired audits must share.
         queries: ``(Q,)`` the query ids (or pair indices) in order.
         per_query: metric name → ``(Q,)``.
+        settings: the audit's ``config`` (empty when its results.json has none).
     """
 
     path: Path
@@ -88,6 +90,7 @@ class AuditScores:
     identity: dict[str, Any]
     queries: list[str]
     per_query: dict[str, np.ndarray]
+    settings: dict[str, Any] = field(default_factory=dict)
 
 
 def _trec_key(metric: str) -> str:
@@ -131,6 +134,7 @@ def _read_audit(folder: Path) -> AuditScores:
         identity=identity,
         queries=queries,
         per_query=scores,
+        settings=dict(res["config"]) if isinstance(res.get("config"), dict) else {},
     )
 
 
@@ -180,6 +184,62 @@ def _per_query(audit: AuditScores, metric: str) -> np.ndarray:
     return audit.per_query[key]
 
 
+_NOT_SETTINGS = frozenset({"task", "pairs", "progress"})
+"""Config fields that do not name an audit: what it audited (audits are paired by content) and the display."""
+
+
+def _shared_settings(audits: list[AuditScores]) -> dict[str, Any]:
+    """The settings every audit of one model shares (a folder of per-task audits differs in its task)."""
+    first = audits[0].settings
+    return {
+        k: v
+        for k, v in first.items()
+        if k not in _NOT_SETTINGS and all(k in a.settings and a.settings[k] == v for a in audits[1:])
+    }
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _model_names(models: list[str | Path], loaded: list[list[AuditScores]]) -> tuple[list[str], str | None]:
+    """How compare names each model: its model's description, or, where descriptions repeat, what differs.
+
+    Models whose audited models' descriptions are all distinct keep them. Models that share one are told
+    apart by the settings in which their audits differ (``max_seq_length=16``, ``query_prompt="query: "``),
+    else by their folder's name, else by the folder as given and its position among the arguments. When
+    every model shares one description, the names are these differences alone and the description is returned
+    beside them, to be said once; otherwise a repeated description is followed by a comma and its difference.
+
+    Args:
+        models: the models as given (audit folders or folders of audit folders).
+        loaded: each model's audits (:func:`load_audits`).
+
+    Returns:
+        ``(names, shared)``: one name per model, and the description every model shares (``None`` unless all
+        share one).
+    """
+    plain = [audits[0].model for audits in loaded]
+    if len(set(plain)) == len(plain):
+        return plain, None
+    settings = [_shared_settings(audits) for audits in loaded]
+    names = list(plain)
+    for description in dict.fromkeys(p for p in plain if plain.count(p) > 1):
+        group = [i for i, p in enumerate(plain) if p == description]
+        keys = dict.fromkeys(k for i in group for k in settings[i])
+        differ = [k for k in keys if len({_show(settings[i].get(k)) for i in group}) > 1]
+        candidates = (
+            [", ".join(f"{k}={_show(settings[i].get(k))}" for k in differ) for i in group],
+            [Path(models[i]).name for i in group],
+            [str(models[i]) for i in group],
+            [f"{models[i]} #{i + 1}" for i in group],
+        )
+        labels = next(c for c in candidates if all(c) and len(set(c)) == len(c))
+        for i, label in zip(group, labels, strict=True):
+            names[i] = label if len(set(plain)) == 1 else f"{description}, {label}"
+    return names, plain[0] if len(set(plain)) == 1 else None
+
+
 def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig | None = None) -> dict[str, Any]:
     """Compare every model with the first, per task and metric; write results.json, a forest plot and the report.
 
@@ -220,6 +280,7 @@ def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig
             for metric in cfg.metrics:
                 _per_query(a, metric)
 
+    names, shared = _model_names(models, loaded)
     rng = np.random.default_rng(cfg.seed)
     records: list[dict[str, Any]] = []
     for j, other in enumerate(loaded[1:], 1):
@@ -232,8 +293,8 @@ def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig
                 records.append(
                     {
                         "model": j,
-                        "baseline": a.model,
-                        "other": b.model,
+                        "baseline": names[0],
+                        "other": names[j],
                         "task": a.key,
                         "metric": metric,
                         "queries": int(x.size),
@@ -261,7 +322,7 @@ def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig
                 across.append(
                     {"model": j, "metric": metric, "tasks": len(pairs), "difference": mean, "low": low, "high": high}
                 )
-    return _write(models, loaded, records, across, cfg, Path(out_dir), started, t0)
+    return _write(models, loaded, (names, shared), records, across, cfg, Path(out_dir), started, t0)
 
 
 def _verdict(r: dict[str, Any]) -> str:
@@ -273,6 +334,7 @@ def _verdict(r: dict[str, Any]) -> str:
 def _write(
     models: list[str | Path],
     loaded: list[list[AuditScores]],
+    naming: tuple[list[str], str | None],
     records: list[dict[str, Any]],
     across: list[dict[str, Any]],
     cfg: CompareConfig,
@@ -285,7 +347,7 @@ def _write(
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()
-    names = [loaded[i][0].model for i in range(len(loaded))]
+    names, shared = naming
     decided = [r for r in records if r["significant"]]
     sentences = []
     for r in records[: min(len(records), 4)]:
@@ -293,8 +355,13 @@ def _write(
             f"{r['metric']} on {r['task']}: {r['other']} − {r['baseline']} = {r['difference']:+.4f} "
             f"[{r['low']:+.4f}, {r['high']:+.4f}], p = {r['p']:.3g} (Holm {r['p_holm']:.3g}): {_verdict(r)}"
         )
+    who = (
+        f"{len(names)} audits of {shared}, told apart by what differs: {len(names) - 1} compared with {names[0]}"
+        if shared is not None
+        else f"{len(names) - 1} model(s) compared with {names[0]}"
+    )
     summary = (
-        f"{len(names) - 1} model(s) compared with {names[0]} on {len(loaded[0])} task(s) × {len(cfg.metrics)} "
+        f"{who} on {len(loaded[0])} task(s) × {len(cfg.metrics)} "
         f"metric(s), query by query: {len(decided)} of {len(records)} differences are separable at a family-wise "
         f"α = {cfg.alpha:g} (paired randomisation test, Holm-adjusted). " + "; ".join(sentences) + "."
     )
@@ -365,7 +432,8 @@ def _write(
     def draw(stage: Path) -> list[dict[str, str]]:
         from contrastlab.audit.figures import plot_forest
 
-        plot_forest(records, across, names, stage / "forest.png")
+        title = f"{shared}: paired differences against {names[0]}" if shared is not None else ""
+        plot_forest(records, across, names, stage / "forest.png", title=title)
         return [
             {
                 "file": "forest.png",

@@ -52,7 +52,7 @@ class AuditConfig:
     uniformity_sample: int = 4096
     """rows in the pairwise uniformity estimate (a seeded draw)"""
     n_boot: int = 1000
-    """bootstrap resamples of the norm correlations"""
+    """bootstrap resamples of each interval the audit bootstraps: the norm correlations and the norm paper's claims, and with task also every retrieval score's (nDCG, MAP, recall, precision, MRR at each cut-off) and the held-out cross-entropy's (--quick: 300)"""
     words: str | None = None
     """a UTF-8 file of words or short texts, one per line, whose norms are set against their wordfreq frequency (the norm paper's frequency claim); default: the built-in list"""
     norm_words: int = 2000

@@ -99,7 +99,7 @@ def write_run_folder(
         for name, obj in (extra or {}).items():
             write_json_atomic(stage / name, obj)
         write_json_atomic(stage / "results.json", results)
-        write_report([stage], stage)
+        write_report([stage], stage, shown_as=[out])  # the report names the folder it is moved into
         out.mkdir(parents=True, exist_ok=True)
         for f in sorted(stage.iterdir()):
             if f.name != "results.json":

@@ -39,6 +39,12 @@ class RunData:
     name: str
     results: dict[str, Any] = field(default_factory=dict)
     curves: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # label -> metrics.jsonl rows
+    folder: Path | None = None  # the folder the report names, when it is not ``path`` (a run still being staged)
+
+    @property
+    def shown(self) -> Path:
+        """The folder the report names: :attr:`folder`, else :attr:`path`."""
+        return self.folder if self.folder is not None else self.path
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -279,7 +285,7 @@ class _Section:
 def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) -> _Section:
     r = run.results
     sec = _Section(title=f"{run.name}")
-    meta = [f"folder `{run.path}`"]
+    meta = [f"folder `{run.shown}`"]
     if "runtime_s" in r:
         meta.append(f"runtime {float(r['runtime_s']):.1f} s")
     if "timestamp" in r:
@@ -305,7 +311,7 @@ def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) ->
         if path.is_file():
             figures.append(_Figure(path, str(f.get("caption", f.get("file")))))
         else:
-            sec.md.append(f"*(figure {f.get('file')} is missing from {run.path})*\n")
+            sec.md.append(f"*(figure {f.get('file')} is missing from {run.shown})*\n")
             sec.html.append(f"<p><em>figure {html.escape(str(f.get('file')))} is missing</em></p>")
     if len(run.curves) > MAX_CURVE_FIGURES:
         # many sub-runs (seeds, cells of a table): one overlay of their losses, not one figure each
@@ -390,18 +396,23 @@ def _anchor(title: str, taken: set[str]) -> str:
     return anchor
 
 
-def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+def write_report(
+    run_dirs: list[str | Path] | str | Path, out_dir: str | Path, *, shown_as: list[str | Path] | None = None
+) -> tuple[Path, Path]:
     """Write ``report.md`` and the self-contained ``report.html`` for one or more run folders.
 
     Args:
         run_dirs: run folders (each with ``results.json`` and/or ``metrics.jsonl``).
         out_dir: where the report and its curve PNGs go (created).
+        shown_as: the folder the report names for each run, one per run folder (default: the run folders
+            themselves): a run written into a staging folder and moved in afterwards is named by its final folder.
 
     Returns:
         ``(report.md path, report.html path)``.
 
     Raises:
-        ValueError: ``run_dirs`` is empty, or a ``results.json`` fails its checksum (CorruptFileError).
+        ValueError: ``run_dirs`` is empty, ``shown_as`` does not match it, or a ``results.json`` fails its
+            checksum (CorruptFileError).
         FileNotFoundError: a folder has neither file.
 
     Examples:
@@ -410,11 +421,16 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
     dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else list(run_dirs)
     if not dirs:
         raise ValueError("run_dirs must name at least one run folder")
+    if shown_as is not None and len(shown_as) != len(dirs):
+        raise ValueError(f"shown_as must name one folder per run folder ({len(dirs)}), got {len(shown_as)}")
     runs = [load_run(d) for d in dirs]
+    if shown_as is not None:
+        for r, shown in zip(runs, shown_as, strict=True):
+            r.folder = Path(shown)
     names = [r.name for r in runs]
     for r in runs:  # two runs of one experiment: tell them apart by folder
         if names.count(r.name) > 1:
-            r.name = f"{r.name} ({r.path.name})"
+            r.name = f"{r.name} ({r.shown.name})"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     title = "contrastlab report: " + (runs[0].name if len(runs) == 1 else f"{len(runs)} runs")
@@ -452,7 +468,7 @@ def write_report(run_dirs: list[str | Path] | str | Path, out_dir: str | Path) -
     anchors = [_anchor(sec.title, taken) for sec in sections]
     md = [f"# {title}\n"]
     if len(runs) > 1:
-        md.append("Runs: " + ", ".join(f"`{r.name}` ({r.path})" for r in runs) + "\n")
+        md.append("Runs: " + ", ".join(f"`{r.name}` ({r.shown})" for r in runs) + "\n")
     md.append("## Contents\n")
     md.extend(
         f"{i}. [{sec.title}](#{a})" + (f" — {note}" if note else "")

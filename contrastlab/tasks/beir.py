@@ -133,7 +133,10 @@ def _jsonl(path: Path, text: str, fields: tuple[str, ...], optional: tuple[str, 
 
 
 def _qrels(path: Path, text: str) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
-    """Query id → document id → grade from a BEIR qrels TSV (a header line first), and each judgement's line."""
+    """Query id → document id → grade from a BEIR qrels TSV (a header line first), and each judgement's line.
+
+    A header alone gives no judgements: the split has no queries, which the caller refuses.
+    """
     qrels: dict[str, dict[str, int]] = {}
     line_of: dict[tuple[str, str], int] = {}
     lines = list(_lines(text))
@@ -158,8 +161,6 @@ def _qrels(path: Path, text: str) -> tuple[dict[str, dict[str, int]], dict[tuple
             raise ValueError(f"task: {path} line {n}: query {q!r} judges document {d!r} twice")
         judged[d] = grade
         line_of[(q, d)] = n
-    if not qrels:
-        raise ValueError(f"task: {path} has a header but no judgements")
     return qrels, line_of
 
 
@@ -217,8 +218,8 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
             if d not in known_docs:
                 raise ValueError(f"task: {qrels_path} line {line_of[(q, d)]}: corpus id {d!r} is not in corpus.jsonl")
     query_ids = tuple(r[0] for r in queries if r[0] in qrels)
-    if not query_ids:
-        raise ValueError(f"split: {split!r} of {root} has no queries")
+    if not query_ids:  # every judged query is in queries.jsonl (checked above): the qrels hold no judgement
+        raise ValueError(f"split: {split!r} of {root} has no queries: {qrels_path} has a header but no judgements")
     return RetrievalTask(
         name=name or root.resolve().name,
         split=split,

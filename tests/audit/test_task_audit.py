@@ -100,6 +100,9 @@ def test_task_audit_writes_mteb_layout_and_cross_fitted_tau(tiny: tuple[Path, Pa
     assert lo <= mean <= hi
     assert (out / "results.json").is_file() and (out / "report.html").is_file()
     assert res["task"]["name"] == "toy" and res["task"]["split"] == "test"
+    # the report names the folder the audit was moved into, not the staging folder it was written in
+    report = (out / "report.md").read_text()
+    assert f"folder `{out}`" in report and f".{out.name}-" not in report
 
 
 def test_task_audit_on_a_subset_says_it_is_not_comparable(tiny: tuple[Path, Path], tmp_path: Path) -> None:
@@ -116,10 +119,17 @@ def test_task_cli_bad_input_is_one_line_and_nothing_written(
 ) -> None:
     model_dir, task_dir = tiny
     out = tmp_path / "bad"
+    no_judgements = tmp_path / "header-only"  # a split whose qrels file is its header alone
+    no_judgements.mkdir()
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (no_judgements / name).write_text((task_dir / name).read_text())
+    (no_judgements / "qrels").mkdir()
+    (no_judgements / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n")
     for argv, expected in (
         (["--task", str(task_dir), "--split", "dev"], "split: 'dev' is not a split"),
         (["--task", str(tmp_path / "nowhere")], "is not a folder"),
         (["--task", str(task_dir), "--pairs", str(task_dir / "corpus.jsonl")], "pairs: give a task or a pairs file"),
+        (["--task", str(no_judgements)], f"split: 'test' of {no_judgements} has no queries: "),
     ):
         code = main(["audit", str(model_dir), *argv, "--out", str(out), "--quiet"])
         err = capsys.readouterr().err.strip()
@@ -159,3 +169,18 @@ def test_a_task_without_relevant_documents_is_refused(tiny: tuple[Path, Path], t
     with pytest.raises(ValueError, match="has a document of grade > 0"):
         audit(_cfg(model_dir, root), tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_n_boot_sets_the_retrieval_intervals_as_its_help_says(
+    tiny: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["audit", "--help"])
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("--n_boot"))
+    assert "retrieval" in line and "norm correlations" in line and "cross-entropy" in line
+    # one resample: each retrieval interval is the mean of that one resample, both its ends
+    model_dir, task_dir = tiny
+    cfg = AuditConfig(model=str(model_dir), task=str(task_dir), progress=False, n_boot=1, k_max=16, norm_words=40)
+    res = audit(cfg, tmp_path / "one")
+    for name in ("ndcg_at_10", "map_at_100", "recall_at_100", "mrr_at_10"):
+        assert res["intervals"][name][1] == res["intervals"][name][2]

@@ -217,3 +217,13 @@ def test_every_table_sits_in_a_box_that_scrolls_sideways_by_itself(runs, tmp_pat
     page = html_path.read_text()
     assert page.count("<table>") == page.count('<div class="table"><table>') > 0
     assert "div.table{max-width:100%;overflow-x:auto}" in page
+
+
+def test_a_staged_run_is_named_by_the_folder_it_is_shown_as(runs, tmp_path: Path) -> None:
+    a, _ = runs
+    final = tmp_path / "final"
+    md, _ = write_report([a], tmp_path / "rep", shown_as=[final])
+    text = md.read_text()
+    assert f"folder `{final}`" in text and f"folder `{a}`" not in text
+    with pytest.raises(ValueError, match="shown_as must name one folder per run folder"):
+        write_report([a], tmp_path / "rep2", shown_as=[final, final])

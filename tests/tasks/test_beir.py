@@ -72,7 +72,7 @@ BAD = [
     ("qrels", "query-id\tcorpus-id\tscore\nq1\td1\n", "test.tsv line 2: expected 3 tab-separated columns"),
     ("qrels", "q1\td1\t1\n", "test.tsv line 1: expected a header"),
     ("qrels", "query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td1\t2\n", "test.tsv line 3: query 'q1' judges document"),
-    ("qrels", "query-id\tcorpus-id\tscore\n", "has a header but no judgements"),
+    ("qrels", "query-id\tcorpus-id\tscore\n", "split: 'test' of .* has no queries: .*test.tsv has a header but no"),
     ("qrels", "", "test.tsv is empty"),
 ]
 
