@@ -1,8 +1,10 @@
 """``contrastlab compare A B [...]``: paired comparisons of audits on the same task(s), with what the data supports.
 
 Each argument is one *model*: an audit folder (``results.json`` of ``contrastlab audit``), or a folder whose
-sub-folders are audit folders, one per task. The first model is the baseline; every other is compared with
-it on every task they share — and they must share all of them — query by query:
+sub-folders are audit folders, one per task. A model trained with several seeds is given as several *runs*:
+``NAME=RUN[,RUN…]`` (each RUN an audit folder or a folder of per-task audits), or a folder whose sub-folders
+are the runs (audits of the same task, or folders of per-task audits). The first model is the baseline;
+every other is compared with it on every task they share — and they must share all of them — query by query:
 
 * the per-query difference ``d_q = B_q − A_q`` of each metric, its mean and 95% percentile-bootstrap
   interval (:func:`contrastlab.eval.paired.bootstrap_difference`);
@@ -11,6 +13,12 @@ it on every task they share — and they must share all of them — query by que
   the comparison (:func:`contrastlab.eval.paired.holm`);
 * with several tasks, the mean over tasks of the per-task mean difference and its interval, queries
   resampled within each task (:func:`contrastlab.eval.paired.stratified_bootstrap`).
+
+With several runs per model (every model at least two; one run each keeps the comparison above), the
+difference is that of the means over runs and queries, its interval a two-level bootstrap (runs resampled
+within each model, then queries; :func:`contrastlab.eval.seeds_queries.seed_query_bootstrap`), and its p-value
+that of a t test with the seed as a random effect (method of moments with Satterthwaite's degrees of freedom;
+:func:`contrastlab.eval.seeds_queries.seed_random_effect_test`), Holm-adjusted as above.
 
 Two audits are paired only when they audited the same thing: the same task name and split, the same query
 ids in the same order, the same corpus (ids and texts) and the same judgements (for audits on pairs, the same
@@ -34,9 +42,14 @@ from typing import Any
 import numpy as np
 
 from contrastlab.eval.paired import bootstrap_difference, holm, randomization_test, stratified_bootstrap
+from contrastlab.eval.seeds_queries import (
+    seed_query_bootstrap,
+    seed_random_effect_test,
+    stratified_seed_query_bootstrap,
+)
 from contrastlab.io import read_json_verified
 
-__all__ = ["CompareConfig", "AuditScores", "load_audits", "compare", "DEFAULT_METRICS"]
+__all__ = ["CompareConfig", "AuditScores", "ModelRuns", "load_audits", "load_runs", "compare", "DEFAULT_METRICS"]
 
 DEFAULT_METRICS = ("ndcg_at_10", "map_at_100", "recall_at_100", "mrr_at_10")
 """MTEB's names of the metrics compared by default on tasks (on pairs audits: ``recall@1`` and MRR)."""
@@ -159,6 +172,67 @@ def load_audits(model: str | Path) -> list[AuditScores]:
     return audits
 
 
+@dataclass(frozen=True)
+class ModelRuns:
+    """One model as compare reads it: its runs (seeds), each a list of per-task audits.
+
+    Attributes:
+        name: the name given with ``NAME=RUN[,RUN…]`` (None: compare names the model).
+        runs: one list of audits per run, every run on the same tasks.
+    """
+
+    name: str | None
+    runs: list[list[AuditScores]]
+
+
+def _run_folders(folder: Path) -> list[Path] | None:
+    """The runs of a folder of runs, or None when ``folder`` is one run (an audit or a folder of per-task audits).
+
+    A folder of runs holds sub-folders that are audits of one task (each a run of that task) or folders of
+    per-task audits (each a run of those tasks).
+    """
+    subs = [p for p in sorted(folder.iterdir()) if p.is_dir()]
+    audits = [p for p in subs if (p / "results.json").is_file()]
+    nested = [p for p in subs if p not in audits and any((c / "results.json").is_file() for c in p.iterdir())]
+    if audits and nested:
+        raise ValueError(f"audits: {folder} holds both audits and folders of audits; give the runs one way")
+    if nested:
+        return nested
+    keys = [_read_audit(p).key for p in audits]
+    if len(keys) > 1 and len(set(keys)) == 1:
+        return audits
+    return None
+
+
+def load_runs(model: str | Path) -> ModelRuns:
+    """A model's runs: ``NAME=RUN[,RUN…]``, a folder of runs, or one run (:func:`load_audits`).
+
+    Raises:
+        ValueError: an empty name or run list, a run :func:`load_audits` refuses, runs on different tasks.
+    """
+    text = str(model)
+    name: str | None = None
+    if not Path(text).exists() and "=" in text:
+        name, _, listed = text.partition("=")
+        folders = [Path(f) for f in listed.split(",") if f]
+        if not name or not folders:
+            raise ValueError(f"models: {text!r} must read NAME=RUN[,RUN…] with a name and at least one run folder")
+    else:
+        folder = Path(text)
+        if not folder.is_dir():
+            raise ValueError(f"audits: {folder} is not a folder")
+        folders = _run_folders(folder) or [folder]
+    runs = [load_audits(f) for f in folders]
+    keys = sorted(a.key for a in runs[0])
+    for f, run in zip(folders[1:], runs[1:], strict=True):
+        if sorted(a.key for a in run) != keys:
+            raise ValueError(f"audits: {f} and {folders[0]} are runs of one model on different tasks")
+        by_key = {a.key: a for a in run}
+        for a in runs[0]:
+            _check_pairable(a, by_key[a.key])
+    return ModelRuns(name=name, runs=runs)
+
+
 def _check_pairable(base: AuditScores, other: AuditScores) -> None:
     """Refuse, in one line, audits that did not audit the same queries of the same task and corpus."""
     for field_, what in (
@@ -260,7 +334,8 @@ def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig
         raise ValueError("models: compare needs at least two audits (or folders of audits)")
     t0 = time.perf_counter()
     started = _dt.datetime.now(_dt.timezone.utc)
-    loaded = [load_audits(m) for m in models]
+    given = [load_runs(m) for m in models]
+    loaded = [g.runs[0] for g in given]
     base = loaded[0]
     base_keys = [a.key for a in base]
     for other, name in zip(loaded[1:], models[1:], strict=True):
@@ -275,54 +350,75 @@ def compare(models: list[str | Path], out_dir: str | Path, config: CompareConfig
         by_key = {a.key: a for a in other}
         for a in base:
             _check_pairable(a, by_key[a.key])
-    for audits in loaded:
-        for a in audits:
-            for metric in cfg.metrics:
-                _per_query(a, metric)
+    counts = [len(g.runs) for g in given]
+    seeded = counts[0] > 1
+    if any((c > 1) != seeded for c in counts):
+        listed = ", ".join(f"{m}: {c}" for m, c in zip(models, counts, strict=True))
+        raise ValueError(f"models: every model needs one run, or every model at least two (runs per model: {listed})")
+    for g in given:
+        for run in g.runs:
+            for a in run:
+                for metric in cfg.metrics:
+                    _per_query(a, metric)
 
     names, shared = _model_names(models, loaded)
+    names = [g.name or n for g, n in zip(given, names, strict=True)]
     rng = np.random.default_rng(cfg.seed)
+
+    def scores(g: ModelRuns, key: str, metric: str) -> np.ndarray:
+        """``(runs, Q)``: a model's per-query scores on one task, one row per run."""
+        return np.stack([_per_query(next(a for a in run if a.key == key), metric) for run in g.runs])
+
     records: list[dict[str, Any]] = []
-    for j, other in enumerate(loaded[1:], 1):
-        by_key = {a.key: a for a in other}
+    for j in range(1, len(given)):
         for a in base:
-            b = by_key[a.key]
             for metric in cfg.metrics:
-                x, y = _per_query(a, metric), _per_query(b, metric)
-                mean, low, high = bootstrap_difference(x, y, n_boot=cfg.n_boot, rng=rng)
-                records.append(
-                    {
-                        "model": j,
-                        "baseline": names[0],
-                        "other": names[j],
-                        "task": a.key,
-                        "metric": metric,
-                        "queries": int(x.size),
-                        "mean_baseline": float(x.mean()),
-                        "mean_other": float(y.mean()),
-                        "difference": mean,
-                        "low": low,
-                        "high": high,
-                        "p": randomization_test(x, y, n_perm=cfg.n_perm, rng=rng),
-                        "wins": int((y > x).sum()),
-                        "losses": int((y < x).sum()),
-                        "ties": int((y == x).sum()),
-                    }
+                xs, ys = scores(given[0], a.key, metric), scores(given[j], a.key, metric)
+                x, y = xs.mean(axis=0), ys.mean(axis=0)  # per query, averaged over runs
+                record: dict[str, Any] = {
+                    "model": j,
+                    "baseline": names[0],
+                    "other": names[j],
+                    "task": a.key,
+                    "metric": metric,
+                    "queries": int(x.size),
+                    "runs_baseline": int(xs.shape[0]),
+                    "runs_other": int(ys.shape[0]),
+                    "mean_baseline": float(xs.mean()),
+                    "mean_other": float(ys.mean()),
+                }
+                if seeded:
+                    mean, low, high = seed_query_bootstrap(xs, ys, n_boot=cfg.n_boot, rng=rng)
+                    test = seed_random_effect_test(xs, ys)
+                    record.update(p=test.p, df=test.df, seed_share=test.seed_share, test="seed random effect")
+                else:
+                    mean, low, high = bootstrap_difference(x, y, n_boot=cfg.n_boot, rng=rng)
+                    record.update(p=randomization_test(x, y, n_perm=cfg.n_perm, rng=rng), test="randomisation")
+                record.update(
+                    difference=mean,
+                    low=low,
+                    high=high,
+                    wins=int((y > x).sum()),
+                    losses=int((y < x).sum()),
+                    ties=int((y == x).sum()),
                 )
+                records.append(record)
     for r, p_adj in zip(records, holm([r["p"] for r in records]), strict=True):
         r["p_holm"] = float(p_adj)
         r["significant"] = bool(p_adj <= cfg.alpha)
     across: list[dict[str, Any]] = []
     if len(base) > 1:
-        for j, other in enumerate(loaded[1:], 1):
-            by_key = {a.key: a for a in other}
+        for j in range(1, len(given)):
             for metric in cfg.metrics:
-                pairs = [(_per_query(a, metric), _per_query(by_key[a.key], metric)) for a in base]
-                mean, low, high = stratified_bootstrap(pairs, n_boot=cfg.n_boot, rng=rng)
+                pairs = [(scores(given[0], a.key, metric), scores(given[j], a.key, metric)) for a in base]
+                if seeded:
+                    mean, low, high = stratified_seed_query_bootstrap(pairs, n_boot=cfg.n_boot, rng=rng)
+                else:
+                    mean, low, high = stratified_bootstrap([(x[0], y[0]) for x, y in pairs], n_boot=cfg.n_boot, rng=rng)
                 across.append(
                     {"model": j, "metric": metric, "tasks": len(pairs), "difference": mean, "low": low, "high": high}
                 )
-    return _write(models, loaded, (names, shared), records, across, cfg, Path(out_dir), started, t0)
+    return _write(models, given, (names, shared), records, across, cfg, Path(out_dir), started, t0)
 
 
 def _verdict(r: dict[str, Any]) -> str:
@@ -333,7 +429,7 @@ def _verdict(r: dict[str, Any]) -> str:
 
 def _write(
     models: list[str | Path],
-    loaded: list[list[AuditScores]],
+    given: list[ModelRuns],
     naming: tuple[list[str], str | None],
     records: list[dict[str, Any]],
     across: list[dict[str, Any]],
@@ -355,18 +451,29 @@ def _write(
             f"{r['metric']} on {r['task']}: {r['other']} − {r['baseline']} = {r['difference']:+.4f} "
             f"[{r['low']:+.4f}, {r['high']:+.4f}], p = {r['p']:.3g} (Holm {r['p_holm']:.3g}): {_verdict(r)}"
         )
+    runs = [len(g.runs) for g in given]
+    if runs[0] > 1:
+        how = f"over {'/'.join(map(str, runs))} runs and the queries"
+        test = "t test with the seed as a random effect; intervals resample runs, then queries"
+    else:
+        how, test = "query by query", "paired randomisation test"
     who = (
         f"{len(names)} audits of {shared}, told apart by what differs: {len(names) - 1} compared with {names[0]}"
         if shared is not None
         else f"{len(names) - 1} model(s) compared with {names[0]}"
     )
     summary = (
-        f"{who} on {len(loaded[0])} task(s) × {len(cfg.metrics)} "
-        f"metric(s), query by query: {len(decided)} of {len(records)} differences are separable at a family-wise "
-        f"α = {cfg.alpha:g} (paired randomisation test, Holm-adjusted). " + "; ".join(sentences) + "."
+        f"{who} on {len(given[0].runs[0])} task(s) × {len(cfg.metrics)} "
+        f"metric(s), {how}: {len(decided)} of {len(records)} differences are separable at a family-wise "
+        f"α = {cfg.alpha:g} ({test}, Holm-adjusted). " + "; ".join(sentences) + "."
     )
     table = {
-        "title": "Paired differences (other − baseline): mean, 95% bootstrap interval, randomisation p (Holm-adjusted)",
+        "title": (
+            "Paired differences (other − baseline) over runs and queries: mean, 95% two-level bootstrap interval "
+            "(runs, then queries), random-effect t test p (Holm-adjusted)"
+            if runs[0] > 1
+            else "Paired differences (other − baseline): mean, 95% bootstrap interval, randomisation p (Holm-adjusted)"
+        ),
         "columns": [
             "model",
             "task",
@@ -403,7 +510,9 @@ def _write(
     if across:
         tables.append(
             {
-                "title": "Mean difference over tasks (queries resampled within each task)",
+                "title": "Mean difference over tasks ("
+                + ("runs resampled, then " if runs[0] > 1 else "")
+                + "queries resampled within each task)",
                 "columns": ["model", "metric", "tasks", "Δ", "low", "high"],
                 "rows": [
                     [names[a["model"]], a["metric"], a["tasks"], a["difference"], a["low"], a["high"]] for a in across
@@ -420,7 +529,8 @@ def _write(
         "model_names": names,
         "comparisons": records,
         "across_tasks": across,
-        "audits": [[str(a.path) for a in audits] for audits in loaded],
+        "audits": [[str(a.path) for run in g.runs for a in run] for g in given],
+        "runs": runs,
         "config": asdict(cfg),
         "timing": {"stages": {}},
         "version": contrastlab.__version__,

@@ -18,6 +18,9 @@ arms, so it cancels in ``D``), ``w`` the arm-by-query interaction and ``e`` the 
   within each arm, then queries (one query resample shared by both arms, so the comparison stays paired).
   Resampling both levels counts the residual twice, so the interval errs on the wide side (Field & Welsh
   2007, "Bootstrapping clustered data", JRSS-B 69(3)).
+* :func:`stratified_seed_query_bootstrap` — several tasks audited by the same runs: the mean over tasks of
+  each task's ``D``, seeds resampled once per resample (a run is one trained model, audited on every task),
+  queries within each task.
 * :func:`seed_random_effect_test` — the test with the seed as a random effect: the method-of-moments
   (two-way ANOVA) estimate of ``Var(D)`` above, each term from its mean square, and a Welch–Satterthwaite
   t test (Satterthwaite 1946, "An approximate distribution of estimates of variance components",
@@ -29,12 +32,13 @@ With one seed in an arm the seed variance of that arm cannot be estimated: both 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["SeedQueryTest", "seed_query_bootstrap", "seed_random_effect_test"]
+__all__ = ["SeedQueryTest", "seed_query_bootstrap", "stratified_seed_query_bootstrap", "seed_random_effect_test"]
 
 
 def _arms(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +91,52 @@ def seed_query_bootstrap(
         means[start : start + m] = b[rows_b, cols].mean(axis=(1, 2)) - a[rows_a, cols].mean(axis=(1, 2))
     low, high = np.quantile(means, [0.025, 0.975])
     return float(b.mean() - a.mean()), float(low), float(high)
+
+
+def stratified_seed_query_bootstrap(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], *, n_boot: int = 10_000, rng: np.random.Generator | None = None
+) -> tuple[float, float, float]:
+    """The mean over tasks of ``mean(b_t) − mean(a_t)`` and its 95% interval (seeds, then queries per task).
+
+    Row s of every task's ``a_t`` is the same run of arm A (and likewise for B), so each resample draws the
+    seeds once and uses them on every task; queries are drawn within each task.
+
+    Args:
+        pairs: one ``(a_t, b_t)`` per task, ``(S_A, Q_t)`` and ``(S_B, Q_t)``, the same ``S_A`` and ``S_B``
+            on every task.
+        n_boot: resamples, ≥ 1.
+        rng: draws them (default: seeded with 0).
+
+    Returns:
+        ``(mean, low, high)``.
+
+    Raises:
+        ValueError: no task, a task's arms as :func:`seed_query_bootstrap` refuses them, or a seed count that
+            differs between tasks.
+    """
+    if not pairs:
+        raise ValueError("pairs must hold at least one task")
+    arms = [_arms(a, b) for a, b in pairs]
+    sa, sb = arms[0][0].shape[0], arms[0][1].shape[0]
+    if any(a.shape[0] != sa or b.shape[0] != sb for a, b in arms):
+        raise ValueError("pairs must hold the same runs on every task (the same number of seeds per arm)")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be an int >= 1, got {n_boot!r}")
+    gen = rng if rng is not None else np.random.default_rng(0)
+    means = np.zeros(n_boot)
+    longest = max(a.shape[1] for a, _ in arms)
+    chunk = max(1, (1 << 22) // (max(sa, sb) * longest))
+    for start in range(0, n_boot, chunk):
+        m = min(chunk, n_boot - start)
+        rows_a = gen.integers(0, sa, size=(m, sa, 1))  # (m, S_A, 1) the runs drawn, shared by every task
+        rows_b = gen.integers(0, sb, size=(m, sb, 1))
+        for a, b in arms:
+            cols = gen.integers(0, a.shape[1], size=(m, 1, a.shape[1]))  # (m, 1, Q_t) this task's queries
+            means[start : start + m] += b[rows_b, cols].mean(axis=(1, 2)) - a[rows_a, cols].mean(axis=(1, 2))
+    means /= len(arms)
+    centre = float(np.mean([b.mean() - a.mean() for a, b in arms]))
+    low, high = np.quantile(means, [0.025, 0.975])
+    return centre, float(low), float(high)
 
 
 @dataclass(frozen=True)

@@ -213,3 +213,92 @@ def test_folders_of_per_task_audits_are_named_by_the_settings_all_their_audits_s
     res = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "o", cfg)
     assert res["model_names"] == ["max_seq_length=16", "max_seq_length=64"]
     assert [row[0] for row in res["tables"][1]["rows"]] == ["max_seq_length=64"]
+
+
+def _seed_runs(root: Path, model: str, rng: np.random.Generator, runs: int, shift: float, **task) -> list[Path]:
+    """``runs`` audits of one model on the toy task: the same queries, a seed offset per run."""
+    base = rng.random(60)
+    folders = []
+    for s in range(runs):
+        scores = {
+            k: np.clip(base + shift + rng.normal(0, 0.02) + rng.normal(0, 0.05, 60), 0, 1) for k in _scores(rng, 60)
+        }
+        folders.append(write_audit(root / f"seed{s}", model, scores, **task))
+    return folders
+
+
+def _stack(folders: list[Path], key: str) -> np.ndarray:
+    return np.stack([read_json_verified(f / "results.json")["per_query"][key] for f in folders])
+
+
+def test_several_runs_per_model_use_the_seed_level_statistics(tmp_path: Path) -> None:
+    from contrastlab.eval.seeds_queries import seed_query_bootstrap, seed_random_effect_test
+
+    rng = np.random.default_rng(3)
+    a = _seed_runs(tmp_path / "A", "MiniLM", rng, 3, 0.0)
+    b = _seed_runs(tmp_path / "B", "MiniLM", rng, 3, 0.05)
+    spec_a, spec_b = "st=" + ",".join(map(str, a)), "recipe=" + ",".join(map(str, b))
+    res = compare([spec_a, spec_b], tmp_path / "out", CFG)
+    assert res["model_names"] == ["st", "recipe"] and res["runs"] == [3, 3]
+    r = next(r for r in res["comparisons"] if r["metric"] == "ndcg_at_10")
+    xs, ys = _stack(a, "ndcg_cut_10"), _stack(b, "ndcg_cut_10")
+    assert r["test"] == "seed random effect" and r["runs_baseline"] == r["runs_other"] == 3
+    assert r["p"] == seed_random_effect_test(xs, ys).p
+    assert r["mean_other"] - r["mean_baseline"] == pytest.approx(ys.mean() - xs.mean(), rel=1e-12)
+    # the first record draws first from the comparison's generator, so its interval is reproducible here
+    assert (r["difference"], r["low"], r["high"]) == seed_query_bootstrap(
+        xs, ys, n_boot=CFG.n_boot, rng=np.random.default_rng(CFG.seed)
+    )
+    assert "runs" in res["summary"] and "random effect" in res["summary"]
+
+
+def test_a_folder_of_runs_equals_the_named_list(tmp_path: Path) -> None:
+    rng = np.random.default_rng(4)
+    a = _seed_runs(tmp_path / "A", "MiniLM", rng, 2, 0.0)
+    b = _seed_runs(tmp_path / "B", "MiniLM", rng, 3, 0.02)
+    by_folder = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "o1", CFG)
+    by_list = compare(["A=" + ",".join(map(str, a)), "B=" + ",".join(map(str, b))], tmp_path / "o2", CFG)
+    assert by_folder["runs"] == by_list["runs"] == [2, 3]
+    strip = ("baseline", "other")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in by_folder["comparisons"]] == [
+        {k: v for k, v in r.items() if k not in strip} for r in by_list["comparisons"]
+    ]
+
+
+def test_one_run_per_model_keeps_the_queries_only_comparison(tmp_path: Path) -> None:
+    s, t = _scores(np.random.default_rng(5), 40), _scores(np.random.default_rng(6), 40)
+    a, b = write_audit(tmp_path / "a", "A", s), write_audit(tmp_path / "b", "B", t)
+    plain = compare([a, b], tmp_path / "o1", CFG)
+    named = compare([f"first={a}", f"second={b}"], tmp_path / "o2", CFG)
+    assert named["model_names"] == ["first", "second"]
+    for p, n in zip(plain["comparisons"], named["comparisons"], strict=True):
+        assert p["test"] == n["test"] == "randomisation"
+        assert (p["difference"], p["low"], p["high"], p["p"]) == (n["difference"], n["low"], n["high"], n["p"])
+
+
+def test_runs_on_several_tasks_give_the_mean_over_tasks(tmp_path: Path) -> None:
+    rng = np.random.default_rng(7)
+    for model, shift in (("A", 0.0), ("B", 0.03)):
+        for s in range(2):
+            for task in ("t1", "t2"):
+                scores = {k: np.clip(v + shift, 0, 1) for k, v in _scores(rng, 30).items()}
+                write_audit(tmp_path / model / f"seed{s}" / task, model, scores, name=task)
+    res = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "out", CFG)
+    assert res["runs"] == [2, 2] and len(res["across_tasks"]) == len(CFG.metrics)
+    assert all(a["tasks"] == 2 and a["low"] <= a["high"] for a in res["across_tasks"])
+
+
+def test_runs_are_refused_in_one_line_when_they_do_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(8)
+    a = _seed_runs(tmp_path / "A", "MiniLM", rng, 3, 0.0)
+    single = write_audit(tmp_path / "single", "MiniLM", _scores(rng, 60))
+    other_task = write_audit(tmp_path / "other", "MiniLM", _scores(rng, 60), name="elsewhere")
+    for argv, words in (
+        (["A=" + ",".join(map(str, a)), str(single)], "every model needs one run, or every model at least two"),
+        (["=" + str(a[0]), str(single)], "must read NAME=RUN"),
+        ([f"A={a[0]},{other_task}", str(single)], "runs of one model on different tasks"),
+    ):
+        code = main(["compare", *argv, "--out", str(tmp_path / "o")])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and words in err and "\n" not in err, err
+    assert not (tmp_path / "o").exists()

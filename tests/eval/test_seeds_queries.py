@@ -132,3 +132,29 @@ def test_bad_input_names_the_argument(a: np.ndarray, b: np.ndarray, match: str) 
 def test_bootstrap_refuses_a_bad_resample_count() -> None:
     with pytest.raises(ValueError, match="n_boot"):
         seed_query_bootstrap(np.zeros((2, 3)), np.zeros((2, 3)), n_boot=0)
+
+
+def test_stratified_bootstrap_of_one_task_is_the_two_level_bootstrap() -> None:
+    # with one task the draws are made in the same order, so the two functions agree exactly
+    from contrastlab.eval.seeds_queries import stratified_seed_query_bootstrap
+
+    a, b = np.random.default_rng(8).random((3, 30)), np.random.default_rng(9).random((3, 30))
+    one = seed_query_bootstrap(a, b, n_boot=300, rng=np.random.default_rng(2))
+    many = stratified_seed_query_bootstrap([(a, b)], n_boot=300, rng=np.random.default_rng(2))
+    assert one == many
+
+
+def test_stratified_bootstrap_centre_is_the_mean_of_the_task_differences_and_refuses_uneven_runs() -> None:
+    from contrastlab.eval.seeds_queries import stratified_seed_query_bootstrap
+
+    rng = np.random.default_rng(10)
+    t1 = (rng.random((2, 20)), rng.random((3, 20)) + 0.1)
+    t2 = (rng.random((2, 50)), rng.random((3, 50)))
+    centre, low, high = stratified_seed_query_bootstrap([t1, t2], n_boot=400)
+    expected = ((t1[1].mean() - t1[0].mean()) + (t2[1].mean() - t2[0].mean())) / 2
+    assert centre == pytest.approx(expected, rel=1e-12)
+    assert low <= high
+    with pytest.raises(ValueError, match="same runs on every task"):
+        stratified_seed_query_bootstrap([t1, (rng.random((3, 20)), rng.random((3, 20)))])
+    with pytest.raises(ValueError, match="at least one task"):
+        stratified_seed_query_bootstrap([])
