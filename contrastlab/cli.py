@@ -776,9 +776,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
     p.add_argument(
         "--task",
-        metavar="DIR",
-        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv): graded nDCG, MAP, "
-        "recall, precision and MRR as MTEB computes them, with intervals; also writes mteb_results.json",
+        metavar="DIR|NAME",
+        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or MTEB's hub layout, "
+        "or the name of one `contrastlab data get` fetched (scifact: looked up under $CONTRASTLAB_DATA or ./data): "
+        "graded nDCG, MAP, recall, precision and MRR as MTEB computes them, with intervals; also writes "
+        "mteb_results.json",
     )
     p.add_argument("--split", help="with --task: the qrels split audited (default test)")
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")

@@ -62,3 +62,17 @@ def test_a_training_source_names_a_task_under_data_root(tmp_path: Path, monkeypa
         read_source(SourceConfig(path="nfcorpus", kind="task"), "data.sources.datasets[0]", str(tmp_path / "root"))
     monkeypatch.setenv("CONTRASTLAB_DATA", str(tmp_path / "root"))  # no data.root: the environment's root
     assert len(read_source(SourceConfig(path="scifact", kind="task"), "d", None)) == 1
+
+
+def test_the_audit_command_names_the_fetch_command_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from contrastlab.cli import main
+
+    monkeypatch.setenv("CONTRASTLAB_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    code = main(["audit", "minilm", "--task", "scifact", "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "Traceback" not in err
+    assert f"`contrastlab data get scifact --root {tmp_path / 'data'}`" in err
+    assert not (tmp_path / "out").exists()
