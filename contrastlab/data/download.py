@@ -498,7 +498,7 @@ class ByteBar:
                     BarColumn(),
                     DownloadColumn(),
                     TransferSpeedColumn(),
-                    console=Console(file=self.stream),
+                    console=Console(file=self.stream, force_terminal=True),
                     transient=True,
                 )
                 self._progress.start()

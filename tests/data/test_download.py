@@ -312,3 +312,25 @@ def test_command_errors_are_one_line_exit_2(tmp_path: Path, capsys: pytest.Captu
         (tmp_path / "f").write_text("x")
         code, _, err = _run(argv, capsys)
         assert code == 2 and err.count("\n") == 1 and needle in err and "Traceback" not in err, (argv, err)
+
+
+def test_the_byte_bar_prints_a_line_per_tenth_in_logs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONTRASTLAB_PROGRESS", "plain")
+    stream = io.StringIO()
+    bar = download.ByteBar(stream=stream)
+    for done in range(0, 1_000_001, 50_000):
+        bar("scifact.zip", done, 1_000_000)
+    bar.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 11 and lines[-1] == "scifact.zip: 1.0 MB of 1.0 MB"
+    monkeypatch.setenv("CONTRASTLAB_PROGRESS", "off")
+    quiet = io.StringIO()
+    download.ByteBar(stream=quiet)("scifact.zip", 10, 100)
+    assert quiet.getvalue() == ""
+    monkeypatch.setenv("CONTRASTLAB_PROGRESS", "live")
+    live = io.StringIO()
+    bar = download.ByteBar(stream=live)
+    bar("scifact.zip", 10, 100)
+    bar("scifact.zip", 100, 100)
+    bar.close()
+    assert bar.mode == "live" and "scifact.zip" in live.getvalue()
