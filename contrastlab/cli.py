@@ -566,15 +566,57 @@ def _task_table(root: Path) -> list[tuple[Path, list[str]]]:
     if not root.is_dir():
         return []
     found = [root, *sorted(root.glob("*/")), *sorted(root.glob("*/*/"))]
+    # hidden folders are a download's cache and unfinished unpacking, never a task
+    found = [p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts)]
     return [(p, beir_splits(p)) for p in found if p.is_dir() and is_beir_task(p)]
+
+
+def _cmd_data_get(args: argparse.Namespace, root: Path) -> int:
+    from contrastlab.data.download import ByteBar, DownloadError, fetch, lookup, url_download, with_mirror
+
+    if args.target is None:
+        raise UsageError("data get: name: which dataset? (contrastlab data get NAME; contrastlab data lists them)")
+    try:
+        if "://" in args.target:
+            if args.mirror:
+                raise DownloadError("--mirror: applies to a named dataset, not to a URL")
+            spec = url_download(args.target, args.sha256, args.as_name)
+        else:
+            for flag, value in (("--sha256", args.sha256), ("--name", args.as_name)):
+                if value is not None:
+                    raise DownloadError(f"{flag}: applies to a URL, not to the named dataset {args.target!r}")
+            spec = lookup(args.target)
+            spec = with_mirror(spec, args.mirror) if args.mirror else spec
+        bar = ByteBar("off" if args.quiet else "auto")
+        try:
+            done = fetch(spec, root, on_progress=bar)
+        finally:
+            bar.close()
+    except DownloadError as e:
+        raise UsageError(f"data get: {' '.join(str(e).split())}") from None
+    if done.skipped:
+        print(f"{spec.name}: a verified copy is already in {done.path}; nothing downloaded")
+    else:
+        print(f"{spec.name}: {done.bytes / 1e6:.1f} MB downloaded, checksum verified, installed in {done.path}")
+    if spec.kind == "task":
+        one = (done.path / "qrels").is_dir()
+        task = (
+            spec.name if one else f"{spec.name}/{next((p.name for p in sorted(done.path.iterdir()) if p.is_dir()), '')}"
+        )
+        print(f"use it: contrastlab audit MODEL --task {task}  (licence: {spec.licence})")
+    return EXIT_OK
 
 
 def _cmd_data(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         raise UsageError(f"data: unexpected arguments {' '.join(rest)}")
     root = Path(args.root) if args.root else Path(os.environ.get("CONTRASTLAB_DATA", "data"))
+    if args.name == "get":
+        return _cmd_data_get(args, root)
+    if args.target is not None or any(v is not None for v in (args.mirror, args.sha256, args.as_name)):
+        raise UsageError("data: NAME takes no further argument or --mirror/--sha256/--name (those are for data get)")
     rows = _dataset_table(root)
-    print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; nothing is downloaded)")
+    print(f"data root: {root.resolve()}  (set with --root or $CONTRASTLAB_DATA; `contrastlab data get NAME` downloads)")
     tasks = _task_table(root)
     if tasks and args.name is None:
         print("\nretrieval tasks (BEIR layout; contrastlab audit MODEL --task DIR --split SPLIT):")
@@ -755,9 +797,11 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (query, document) pairs")
     p.add_argument(
         "--task",
-        metavar="DIR",
-        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv): graded nDCG, MAP, "
-        "recall, precision and MRR as MTEB computes them, with intervals; also writes mteb_results.json",
+        metavar="DIR|NAME",
+        help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or MTEB's hub layout, "
+        "or the name of one `contrastlab data get` fetched (scifact: looked up under $CONTRASTLAB_DATA or ./data): "
+        "graded nDCG, MAP, recall, precision and MRR as MTEB computes them, with intervals; also writes "
+        "mteb_results.json",
     )
     p.add_argument("--split", help="with --task: the qrels split audited (default test)")
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
@@ -866,10 +910,21 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     subs["export"] = p
 
     p = sub.add_parser(
-        "data", help="where dataset files go and which are present", description="List datasets and their files."
+        "data",
+        help="where dataset files go, which are present; `data get NAME` downloads one",
+        description="List datasets and their files. `contrastlab data get NAME` downloads a BEIR task (scifact, "
+        "nfcorpus, ...) or an image dataset (cifar10, cifar100, stl10, svhn) from its official address, checks the "
+        "published checksum before unpacking, and installs it under the data root; rerunning finds the verified "
+        "copy and does nothing, and an interrupted download resumes. `contrastlab data get URL --sha256 HEX --name "
+        "NAME` fetches any task zip. Nothing is ever downloaded otherwise.",
     )
-    p.add_argument("name", nargs="?", help="one dataset (all files listed)")
+    p.add_argument("name", nargs="?", help="one dataset (all files listed), or `get`")
+    p.add_argument("target", nargs="?", help="data get: the dataset name, or the URL of a task zip")
     p.add_argument("--root", help="data root (default $CONTRASTLAB_DATA or ./data)")
+    p.add_argument("--mirror", metavar="URL", help="data get: the same files under another base address")
+    p.add_argument("--sha256", metavar="HEX", help="data get URL: the SHA-256 the file must have")
+    p.add_argument("--name", dest="as_name", metavar="NAME", help="data get URL: the folder to install it as")
+    p.add_argument("--quiet", action="store_true", help="data get: no progress bar")
     subs["data"] = p
 
     p = sub.add_parser(

@@ -109,3 +109,40 @@ def test_every_train_command_of_the_readme_loads_its_config_with_its_overrides()
         _, overrides = cli._split_overrides(subs["train"], rest)
         job = cli._load_job(str(REPO / config), overrides)
         assert job is not None
+
+
+def test_the_readme_data_get_commands_run_against_a_local_mirror(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ``contrastlab data get NAME`` of the README, served by a local HTTP server through ``--mirror``.
+
+    The served zip is one this test builds, so the catalogue's published checksum is swapped for its own: what
+    runs is the README's command line, the transfer, the verification, the unpacking and the task lookup by
+    name that the README's next command relies on.
+    """
+    from dataclasses import replace
+
+    from contrastlab.data.catalog import DOWNLOADS, RemoteFile
+    from contrastlab.tasks import read_beir_task
+    from tests.data.http_server import Served, md5, serve, task_zip
+
+    gets = [c for c in _commands() if c[:2] == ["data", "get"]]
+    assert gets, "the README shows no `contrastlab data get`"
+    by_name = [c for c in _commands() if c[0] == "audit" and "--task" in c and "/" not in c[c.index("--task") + 1]]
+    assert by_name, "the README shows no `--task NAME`"
+    monkeypatch.setenv("CONTRASTLAB_DATA", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+    with serve(Served()) as srv:
+        for words in gets:
+            name = words[2]
+            data = task_zip(name)
+            srv.files[f"/{DOWNLOADS[name].files[0].name}"] = data
+            monkeypatch.setitem(
+                DOWNLOADS, name, replace(DOWNLOADS[name], files=(RemoteFile(f"{name}.zip", md5=md5(data)),))
+            )
+            assert cli.main([*words, "--mirror", srv.url, "--quiet"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    for words in by_name:
+        task = words[words.index("--task") + 1]
+        split = words[words.index("--split") + 1] if "--split" in words else "test"
+        assert read_beir_task(task, split).name == task

@@ -166,5 +166,6 @@ def missing_files_error(dataset: str, root: Path, expected: Sequence[str], sourc
     lines = "\n".join(f"  {root / e}" for e in expected)
     return DatasetNotFoundError(
         f"root: {dataset} files not found under {root}. Expected:\n{lines}\n"
-        f"contrastlab never downloads data; get the files from {source} and unpack them so these paths exist."
+        f"contrastlab never downloads data on its own: `contrastlab data get NAME` fetches cifar10, cifar100, stl10 "
+        f"and svhn; or get the files from {source} and unpack them so these paths exist."
     )

@@ -1,7 +1,8 @@
 """The dataset registry: ``load_dataset(name, root, split)`` over a plain dict ``DATASETS``.
 
 Every entry says which files it expects (relative to ``root``) and where they come from, so a missing
-dataset fails with a message that says exactly where to put what. Nothing is ever downloaded.
+dataset fails with a message that says exactly where to put what. Nothing is downloaded here; the command
+``contrastlab data get NAME`` (:mod:`contrastlab.data.download`) fetches the public ones.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def load_dataset(name: str, root: str | Path | None = None, split: str = "train"
         raise DatasetNotFoundError(
             f"root: {path} is not a folder. Put the {name} files there "
             f"({', '.join(spec.files.get(split, ()))}); get them from {spec.source}. "
-            "contrastlab never downloads data."
+            "contrastlab never downloads data on its own (`contrastlab data get NAME` does)."
         )
     return spec.loader(path, split)
 

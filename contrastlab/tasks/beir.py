@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrastlab.data.text_pairs import _decode
+from contrastlab.tasks.hub import hub_splits, is_hub_task, read_hub_parts
+from contrastlab.tasks.records import _lines, _read, _records
 
 __all__ = ["RetrievalTask", "read_beir_task", "beir_splits", "is_beir_task", "holdout"]
 
@@ -79,57 +80,15 @@ class RetrievalTask:
         return h.hexdigest()
 
 
-def _read(path: Path) -> tuple[str, str]:
-    """The file's text (verified UTF-8 without NUL bytes, not empty) and its SHA-256."""
-    if not path.is_file():
-        raise ValueError(f"task: {path} is missing")
-    data = path.read_bytes()
-    text = _decode(path, data)  # UTF-16/32 and invalid UTF-8 fail here, naming the file and line
-    if "\x00" in text:
-        line = text.count("\n", 0, text.index("\x00")) + 1
-        raise ValueError(f"task: {path} line {line}: a NUL byte (binary data, not text)")
-    if not text.strip():
-        raise ValueError(f"task: {path} is empty")
-    return text, hashlib.sha256(data).hexdigest()
-
-
-def _lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, line) for every non-blank line, CR LF or LF endings."""
-    for n, line in enumerate(text.split("\n"), 1):
-        line = line.rstrip("\r")
-        if line.strip():
-            yield n, line
-
-
 def _jsonl(path: Path, text: str, fields: tuple[str, ...], optional: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Rows of a BEIR JSONL file: the string ``fields`` (required) and ``optional`` ones ('' when absent)."""
-    rows: list[tuple[str, ...]] = []
-    seen: dict[str, int] = {}
+    objects: list[tuple[int, Any]] = []
     for n, line in _lines(text):
         try:
-            obj = json.loads(line)
+            objects.append((n, json.loads(line)))
         except json.JSONDecodeError as e:
             raise ValueError(f"task: {path} line {n}: not JSON ({e.msg})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"task: {path} line {n}: not a JSON object")
-        row = []
-        for name in fields + optional:
-            value = obj.get(name, "" if name in optional else None)
-            if value is None and name in optional:
-                value = ""
-            if value is None:
-                raise ValueError(f"task: {path} line {n}: no {name!r} field")
-            if not isinstance(value, str):
-                raise ValueError(f"task: {path} line {n}: {name!r} must be a string, got {type(value).__name__}")
-            row.append(value)
-        key = row[0]
-        if not key:
-            raise ValueError(f"task: {path} line {n}: empty '_id'")
-        if key in seen:
-            raise ValueError(f"task: {path} line {n}: duplicate id {key!r} (first on line {seen[key]})")
-        seen[key] = n
-        rows.append(tuple(row))
-    return rows
+    return _records(path, objects, fields, optional)
 
 
 def _qrels(path: Path, text: str) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:
@@ -165,22 +124,41 @@ def _qrels(path: Path, text: str) -> tuple[dict[str, dict[str, int]], dict[tuple
 
 
 def beir_splits(path: str | Path) -> list[str]:
-    """The qrels splits of a BEIR folder (``qrels/<split>.tsv``), sorted; empty when there are none."""
+    """The qrels splits of a task folder, sorted; empty when there are none.
+
+    ``qrels/<split>.tsv`` (BEIR), or the qrels files of a hub snapshot (:mod:`contrastlab.tasks.hub`) when
+    there is no TSV.
+    """
     qdir = Path(path) / "qrels"
-    return sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
+    tsv = sorted(p.stem for p in qdir.glob("*.tsv")) if qdir.is_dir() else []
+    if tsv:
+        return tsv
+    return hub_splits(path)
+
+
+def _has_tsv_qrels(p: Path) -> bool:
+    return (p / "qrels").is_dir() and any((p / "qrels").glob("*.tsv"))
 
 
 def is_beir_task(path: str | Path) -> bool:
-    """Whether ``path`` is a folder with ``corpus.jsonl``, ``queries.jsonl`` and at least one qrels split."""
+    """Whether ``path`` is a task folder, in BEIR's layout or MTEB's hub layout.
+
+    BEIR: ``corpus.jsonl``, ``queries.jsonl`` and a ``qrels/<split>.tsv``; hub: ``corpus/``, ``queries/``,
+    ``qrels/`` data files (:mod:`contrastlab.tasks.hub`).
+    """
     p = Path(path)
-    return (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file() and bool(beir_splits(p))
+    beir = (p / "corpus.jsonl").is_file() and (p / "queries.jsonl").is_file() and _has_tsv_qrels(p)
+    return beir or is_hub_task(p)
 
 
 def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = None) -> RetrievalTask:
-    """Read and verify a BEIR-layout task folder.
+    """Read and verify a retrieval task folder: BEIR's layout, or a local snapshot of MTEB's hub layout.
 
     Args:
-        path: the folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``).
+        path: the folder (``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv``; or ``corpus/``,
+            ``queries/``, ``qrels/`` parquet or JSONL files as :mod:`contrastlab.tasks.hub` reads them), or the
+            name of a task ``contrastlab data get`` fetched (``scifact``), looked up under the data root when no
+            such path exists (:func:`contrastlab.tasks.resolve.resolve_task_path`).
         split: which qrels split's queries and judgements to take.
         name: the task's name (default: the folder's name).
 
@@ -188,9 +166,12 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
         The task, its queries those of ``split`` with judgements, in ``queries.jsonl`` order.
 
     Raises:
-        ValueError: a missing folder, file or split, or a defect of a file's content, naming the file and line.
+        ValueError: a missing folder, file or split, or a defect of a file's content, naming the file and line;
+            a task name not yet downloaded names the command that fetches it.
     """
-    root = Path(path)
+    from contrastlab.tasks.resolve import resolve_task_path
+
+    root = resolve_task_path(path)
     if not root.is_dir():
         raise ValueError(f"task: {root} is not a folder (a BEIR task has corpus.jsonl, queries.jsonl, qrels/)")
     splits = beir_splits(root)
@@ -199,11 +180,18 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
             f"split: {split!r} is not a split of {root} (qrels/{split}.tsv is missing); "
             f"it has: {', '.join(splits) or 'no qrels/*.tsv'}"
         )
-    texts = {f: _read(root / f) for f in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv")}
-    corpus = _jsonl(root / "corpus.jsonl", texts["corpus.jsonl"][0], ("_id", "text"), ("title",))
-    queries = _jsonl(root / "queries.jsonl", texts["queries.jsonl"][0], ("_id", "text"), ())
-    qrels_path = root / "qrels" / f"{split}.tsv"
-    qrels, line_of = _qrels(qrels_path, texts[f"qrels/{split}.tsv"][0])
+    if _has_tsv_qrels(root):  # BEIR's layout; without TSV qrels, a hub snapshot
+        texts = {f: _read(root / f) for f in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv")}
+        corpus = _jsonl(root / "corpus.jsonl", texts["corpus.jsonl"][0], ("_id", "text"), ("title",))
+        queries = _jsonl(root / "queries.jsonl", texts["queries.jsonl"][0], ("_id", "text"), ())
+        qrels_path = root / "qrels" / f"{split}.tsv"
+        qrels, line_of = _qrels(qrels_path, texts[f"qrels/{split}.tsv"][0])
+        where = {k: f"{qrels_path} line {n}" for k, n in line_of.items()}
+        hashes = {f: h for f, (_, h) in texts.items()}
+        kind, names = "beir", ("queries.jsonl", "corpus.jsonl")
+    else:
+        corpus, queries, qrels, where, qrels_path, hashes = read_hub_parts(root, split)
+        kind, names = "mteb-hub", ("the queries", "the corpus")
     doc_ids = tuple(r[0] for r in corpus)
     known_docs = set(doc_ids)
     query_text = {r[0]: r[1] for r in queries}
@@ -211,12 +199,11 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
         if q not in query_text:
             d = next(iter(judged))
             raise ValueError(
-                f"task: {qrels_path} line {line_of[(q, d)]}: query id {q!r} is not in queries.jsonl "
-                "(a query that exists only in the qrels)"
+                f"task: {where[(q, d)]}: query id {q!r} is not in {names[0]} (a query that exists only in the qrels)"
             )
         for d in judged:
             if d not in known_docs:
-                raise ValueError(f"task: {qrels_path} line {line_of[(q, d)]}: corpus id {d!r} is not in corpus.jsonl")
+                raise ValueError(f"task: {where[(q, d)]}: corpus id {d!r} is not in {names[1]}")
     query_ids = tuple(r[0] for r in queries if r[0] in qrels)
     if not query_ids:  # every judged query is in queries.jsonl (checked above): the qrels hold no judgement
         raise ValueError(f"split: {split!r} of {root} has no queries: {qrels_path} has a header but no judgements")
@@ -229,10 +216,10 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
         query_texts=tuple(query_text[q] for q in query_ids),
         qrels={q: dict(qrels[q]) for q in query_ids},
         provenance={
-            "kind": "beir",
+            "kind": kind,
             "path": str(root.resolve()),
             "split": split,
-            "sha256": {f: h for f, (_, h) in texts.items()},
+            "sha256": hashes,
             "documents": len(doc_ids),
             "queries": len(query_ids),
             "judgements": sum(len(v) for v in qrels.values()),
