@@ -155,9 +155,17 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved in {out} (continue with --out {out} --resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(results["summary"])
-    print(f"results: {out / 'results.json'}")
+    _print_summary(results["summary"], out / "results.json")
     return EXIT_OK
+
+
+def _print_summary(summary: str, results: Path) -> None:
+    """Print a run's summary and where its results.json is; under torchrun, on rank 0 alone (the one that wrote it)."""
+    from contrastlab.distributed import rank
+
+    if rank() == 0:
+        print(summary)
+        print(f"results: {results}")
 
 
 def _train_on_ray(args: argparse.Namespace, cfg: Any, out: Path) -> int:
@@ -334,8 +342,7 @@ def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.Argumen
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(results.get("summary", ""))
-    print(f"results: {Path(results['out_dir']) / 'results.json'}")
+    _print_summary(results.get("summary", ""), Path(results["out_dir"]) / "results.json")
     return EXIT_OK
 
 
