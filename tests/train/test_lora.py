@@ -89,7 +89,8 @@ def test_only_the_adapters_train_and_their_count_is_reported(files, tmp_path: Pa
         )
         assert torch.equal(state[ours], value), key
     assert results["peak_memory"]["bytes"] > 0 and results["peak_memory"]["what"]
-    assert "LoRA (r = 4 on query, value: 512 of" in results["summary"]
+    first = results["summary"].split(". Held-out")[0]
+    assert "through LoRA (r = 4 on query, value: 512 of" in first and first.count(" with ") == 1, first
 
 
 # tiny BERT, r = 4: LoRA's A is r x d_in and B is d_out x r, so an adapter on a d_in -> d_out layer holds
