@@ -114,6 +114,44 @@ def _refuse_extra(prog: str, extra: Sequence[str], trailing: dict[str, list[str]
     raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extra)} (see {prog} --help)")
 
 
+def _numbers_of(cls: type, flag: str) -> type | None:
+    """``int`` or ``float`` when the field ``--flag`` of ``cls`` holds numbers (one, a list, or ``None``); else ``None``."""
+    import dataclasses
+    import types
+    import typing
+
+    name = flag[2:].replace("-", "_")
+    if not dataclasses.is_dataclass(cls) or name not in {f.name for f in dataclasses.fields(cls)}:
+        return None
+    tp = typing.get_type_hints(cls)[name]
+    kinds = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    for kind in kinds:
+        if typing.get_origin(kind) in (tuple, list):
+            kind = (typing.get_args(kind) or (None,))[0]
+        if kind in (int, float):
+            return kind
+    return None
+
+
+def _refuse_a_number_taken_for_the_model(
+    prog: str, cls: type, model: str | None, trailing: dict[str, list[str]]
+) -> None:
+    """Refuse ``--ks 1 5`` where the optional MODEL would take the ``5``: a list written with spaces, not a model.
+
+    The bare argument right after an override's value is MODEL unless the field holds numbers, the argument reads
+    as one, and no file or folder has that name; then it is refused as a list written with spaces is everywhere.
+    """
+    for flag, values in trailing.items():
+        kind = _numbers_of(cls, flag)
+        if model is None or kind is None or values[1:] != [model] or Path(model).exists():
+            continue
+        try:
+            kind(model)
+        except ValueError:
+            continue
+        _refuse_extra(prog, [model], {flag: values})
+
+
 def _fields_help(cls: type) -> str:
     from contrastlab.train.dataconf import LIST_FORMS, describe_fields
 
@@ -155,9 +193,17 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
     except KeyboardInterrupt:
         print(f"interrupted; checkpoint saved in {out} (continue with --out {out} --resume)", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(results["summary"])
-    print(f"results: {out / 'results.json'}")
+    _print_summary(results["summary"], out / "results.json")
     return EXIT_OK
+
+
+def _print_summary(summary: str, results: Path) -> None:
+    """Print a run's summary and where its results.json is; under torchrun, on rank 0 alone (the one that wrote it)."""
+    from contrastlab.distributed import rank
+
+    if rank() == 0:
+        print(summary)
+        print(f"results: {results}")
 
 
 def _train_on_ray(args: argparse.Namespace, cfg: Any, out: Path) -> int:
@@ -334,8 +380,7 @@ def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.Argumen
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(results.get("summary", ""))
-    print(f"results: {Path(results['out_dir']) / 'results.json'}")
+    _print_summary(results.get("summary", ""), Path(results["out_dir"]) / "results.json")
     return EXIT_OK
 
 
@@ -980,6 +1025,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args, extra = parser.parse_known_args([argv[0], *kept])
             if extra:
                 _refuse_extra(subs[argv[0]].prog, extra, trailing)
+            if argv[0] in ("audit", "mine"):  # an optional MODEL may stand right after an override's value
+                from contrastlab.audit import AuditConfig
+                from contrastlab.mine import MineConfig
+
+                config = AuditConfig if argv[0] == "audit" else MineConfig
+                _refuse_a_number_taken_for_the_model(subs[argv[0]].prog, config, args.model, trailing)
         else:
             args, rest = parser.parse_known_args(argv)
         if args.command is None:

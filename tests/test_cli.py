@@ -334,3 +334,32 @@ def test_help_shows_lists_in_the_form_the_command_line_takes(capsys) -> None:
     out = capsys.readouterr().out
     assert "[default: linear,monomial]" in out and "a list is comma-separated (a,b,c) or bracketed" in out
     assert "['linear'" not in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "values"),
+    [
+        (["audit", "--ks", "1", "5"], "--ks", ["1", "5"]),  # no MODEL: the 5 is not one
+        (["audit", "--compress_widths", "8", "16", "--quick"], "--compress_widths", ["8", "16"]),
+        (["mine", "--num_negatives", "2", "4", "--out", "x.tsv"], "--num_negatives", ["2", "4"]),
+    ],
+)
+def test_a_list_with_spaces_before_no_model_names_the_list_forms(
+    argv: list[str], flag: str, values: list[str], capsys, tmp_path: Path, monkeypatch
+) -> None:
+    """Without MODEL, the value after a number's value is not taken for MODEL: one line naming the list forms."""
+    monkeypatch.chdir(tmp_path)  # no file named 5, 16 or 4 here
+    assert cli.main(argv) == 2
+    err = _one_line_error(capsys, f"{flag} takes one value", f"{flag} {','.join(values)}", f"{flag} '[")
+    assert "model" not in err
+    assert list(tmp_path.iterdir()) == []  # nothing run, nothing written
+
+
+def test_a_model_after_an_override_value_is_still_the_model(capsys, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    for argv in (["audit", "--ks", "1,5", "none.npy"], ["audit", "--max_queries", "5", "none.npy"]):
+        assert cli.main(argv) == 2
+        _one_line_error(capsys, "audit: model: none.npy does not exist")
+    (tmp_path / "5").mkdir()  # a folder named 5 is a MODEL
+    assert cli.main(["audit", "--max_queries", "5", "5", "--quick"]) == 2
+    assert "takes one value" not in capsys.readouterr().err

@@ -4,9 +4,13 @@ LoRA freezes a pretrained weight W and trains a low-rank update: a targeted line
 ``W x + (α/r) · B A x`` with ``A`` of shape ``(r, d_in)`` (Kaiming-uniform), ``B`` of shape ``(d_out, r)``
 initialised to zero (Hu et al. §4.1), so at step 0 the adapted model *is* the base model, and only ``A``
 and ``B`` train. :func:`apply_lora` injects peft's LoRA layers in place (:func:`peft.inject_adapter_in_model`)
-into every linear layer whose name ends in one of ``targets`` (e.g. BERT's ``query``, ``value``) and leaves
-every other parameter frozen; :func:`merge_lora` folds ``(α/r) B A`` into ``W`` and puts the plain layers
-back, so a merged model needs no peft (peft is the optional extra ``contrastlab[lora]``).
+into every linear layer whose name ends in one of ``targets`` (e.g. BERT's ``query``, ``value``) and that
+takes part in the forward pass, and leaves every other parameter frozen. A layer takes part unless all its
+parameters are already frozen when the adapters go in: the text encoder freezes what its embedding never
+reaches (:meth:`~contrastlab.models.text.TransformerTextEncoder.probe`; BERT's pooler under mean pooling),
+and an adapter there would never receive a gradient (``DistributedDataParallel`` refuses such parameters).
+:func:`merge_lora` folds ``(α/r) B A`` into ``W`` and puts the plain layers back, so a merged model needs
+no peft (peft is the optional extra ``contrastlab[lora]``).
 """
 
 from __future__ import annotations
@@ -18,14 +22,26 @@ from torch import nn
 __all__ = ["apply_lora", "merge_lora", "lora_targets", "count_parameters"]
 
 
+def _linear_layers(model: nn.Module) -> dict[str, bool]:
+    """``name -> in the forward pass`` for every linear layer of ``model`` (some parameter of it requires grad)."""
+    return {
+        name: any(p.requires_grad for p in m.parameters())
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    }
+
+
 def lora_targets(model: nn.Module, targets: Sequence[str]) -> dict[str, list[str]]:
-    """The linear layers of ``model`` each target names (peft's rule: the module's name or its last parts).
+    """The linear layers of ``model`` each target names that take part in the forward pass (adapters go there).
+
+    A target names a layer by its full name or its last parts (peft's rule). A layer whose parameters are all
+    frozen (``requires_grad=False``) is outside the forward pass the loss sees and is left out.
 
     Returns:
-        ``target -> [module names]`` (an empty list for a target that names no linear layer).
+        ``target -> [module names]`` (an empty list for a target that names no such layer).
     """
-    linear = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    return {t: [n for n in linear if n == t or n.endswith(f".{t}")] for t in targets}
+    used = [name for name, in_use in _linear_layers(model).items() if in_use]
+    return {t: [n for n in used if n == t or n.endswith(f".{t}")] for t in targets}
 
 
 def apply_lora(model: nn.Module, *, r: int, alpha: float, dropout: float, targets: Sequence[str]) -> nn.Module:
@@ -36,20 +52,31 @@ def apply_lora(model: nn.Module, *, r: int, alpha: float, dropout: float, target
         r: the adapters' rank (>= 1).
         alpha: the scale α (the update is ``(α/r) B A``).
         dropout: dropout on the adapters' input (training only).
-        targets: names of linear layers (the full name or its last parts, e.g. ``query``).
+        targets: names of linear layers (the full name or its last parts, e.g. ``query``); a named layer whose
+            parameters are all frozen gets no adapter (see :func:`lora_targets`).
 
     Raises:
         ValueError: a target that names no linear layer of ``model`` (named ``targets``, with the layers'
-            short names).
+            short names), or only frozen ones.
         ImportError: peft is not installed.
     """
+    layers = _linear_layers(model)
     found = lora_targets(model, targets)
     missing = [t for t, names in found.items() if not names]
     if missing:
-        short = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        frozen = {
+            t: [n for n, in_use in layers.items() if not in_use and (n == t or n.endswith(f".{t}"))] for t in missing
+        }
+        if all(frozen.values()):
+            named = "; ".join(f"{t!r}: {', '.join(frozen[t])}" for t in missing)
+            raise ValueError(
+                f"targets: only frozen linear layers, outside the forward pass, are named ({named}); an adapter "
+                "there would never train"
+            )
+        short = sorted({n.rsplit(".", 1)[-1] for n in layers})
         raise ValueError(
-            f"targets: {', '.join(map(repr, missing))} names no linear layer of the model; its linear layers: "
-            f"{', '.join(short) or '(none)'}"
+            f"targets: {', '.join(repr(t) for t in missing if not frozen[t])} names no linear layer of the model; "
+            f"its linear layers: {', '.join(short) or '(none)'}"
         )
     import peft
 
@@ -57,7 +84,7 @@ def apply_lora(model: nn.Module, *, r: int, alpha: float, dropout: float, target
         r=r,
         lora_alpha=alpha,  # type: ignore[arg-type]  # annotated int; peft computes the scale α/r in float
         lora_dropout=dropout,
-        target_modules=list(targets),
+        target_modules=sorted({n for names in found.values() for n in names}),  # full names: exact matches
         bias="none",
     )
     peft.inject_adapter_in_model(config, model)

@@ -292,7 +292,8 @@ def ray_session(
     """Connect this process to Ray for the duration of the ``with`` block; yields the ``ray`` module.
 
     Without ``address``: an embedded Ray on this machine (node IP 127.0.0.1, no dashboard, usage reporting
-    off, temp dir from :func:`ray_temp_dir` under ``temp_dir``), shut down on exit. With ``address``: a
+    off, temp dir from :func:`ray_temp_dir` under ``temp_dir``), shut down on exit; one that fails to start
+    leaves no temp folder behind (one that fails later keeps it for Ray's logs). With ``address``: a
     connection to that cluster, closed on exit. If this process is already connected to Ray (a test
     fixture, a notebook) and ``address`` is ``None`` or that cluster's address, the connection is used as
     it is and left open.
@@ -329,15 +330,21 @@ def ray_session(
             ray.shutdown()
         return
     with ray_temp_dir(temp_dir) as tmp, ray_environment(tmp):
-        ray.init(
-            num_cpus=num_cpus,
-            object_store_memory=object_store_memory,
-            include_dashboard=False,
-            _node_ip_address=LOOPBACK,
-            _temp_dir=str(tmp),
-            logging_level=logging.WARNING,
-            log_to_driver=False,
-        )
+        try:
+            ray.init(
+                num_cpus=num_cpus,
+                object_store_memory=object_store_memory,
+                include_dashboard=False,
+                _node_ip_address=LOOPBACK,
+                _temp_dir=str(tmp),
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+        except BaseException:  # a Ray that never started: stop what it began and leave no folder in temp_dir
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         try:
             yield ray
         finally:

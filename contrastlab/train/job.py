@@ -374,6 +374,27 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     return eval_fn
 
 
+def _uninformative_held_out(anchors: Tensor) -> dict[str, str]:
+    """``metric -> why`` for the held-out metrics that say nothing about these ``(N, ...)`` held-out anchors.
+
+    Uniformity (Wang & Isola 2020, arXiv 2005.10242) is the log mean Gaussian potential over pairs of anchors: with
+    fewer than two distinct anchors every pair is a row and a copy of itself, and the value is 0 (up to rounding) whatever the model.
+    """
+    n, distinct = int(anchors.shape[0]), int(torch.unique(anchors.reshape(anchors.shape[0], -1), dim=0).shape[0])
+    if distinct >= 2:
+        return {}
+    return {"uniformity": f"fewer than two distinct held-out anchors: {n} rows, {distinct} distinct"}
+
+
+def _held_out_metric(name: str, final: dict[str, float], uninformative: dict[str, str]) -> str:
+    """``"name 0.1234"`` for the summary, or why the value is not given (not computed, or not informative)."""
+    if name not in final:
+        return f"{name} not computed"
+    if name in uninformative:
+        return f"{name} not informative ({uninformative[name]})"
+    return f"{name} {final[name]:.4f}"
+
+
 def _describe_encoder(config: JobConfig) -> str:
     e = config.encoder
     if e.name == "mlp":
@@ -503,18 +524,16 @@ def run_job(
     counts = count_parameters(result.model)
     lora = config.encoder.lora
     if lora.enabled:
-        nested_lora = f" with LoRA (r = {lora.r} on {', '.join(lora.targets)}: {counts['trainable']:,} of {counts['total']:,} parameters trained)"
+        nested_lora = f" through LoRA (r = {lora.r} on {', '.join(lora.targets)}: {counts['trainable']:,} of {counts['total']:,} parameters trained)"
     else:
         nested_lora = ""
     nested = f" over the prefixes {list(config.matryoshka.dims)}" if config.matryoshka.enabled else ""
+    uninformative = _uninformative_held_out(source.eval_batch["anchor"])
     summary = (
         f"Trained {_describe_encoder(config)}{nested_lora} with {config.loss.name} (τ = {config.loss.temperature}){nested} on "
         f"`{config.data.name}` for {result.steps} steps (batch {config.data.batch_size}, seed {config.train.seed}) "
         f"in {result.seconds:.1f} s. Held-out: "
-        + ", ".join(
-            f"{name} {final[name]:.4f}" if name in final else f"{name} not computed"
-            for name in ("loss", "alignment", "uniformity")
-        )
+        + ", ".join(_held_out_metric(name, final, uninformative) for name in ("loss", "alignment", "uniformity"))
         + f"{extras}."
     )
     if selected is not None:

@@ -36,7 +36,8 @@ class LoRAConfig:
     """dropout on the adapters' input, in [0, 1)"""
     targets: tuple[str, ...] = ("query", "value")
     """the linear layers to adapt, by name or its last parts (BERT: query, key, value, dense; Hu et al. adapt
-    the query and value projections)"""
+    the query and value projections); a named layer outside the forward pass the loss sees (all its parameters
+    frozen by the encoder, as BERT's pooler under mean pooling) gets no adapter"""
 
     def __post_init__(self) -> None:
         check_fields(self)

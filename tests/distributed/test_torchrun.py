@@ -153,3 +153,22 @@ def test_two_rank_run_stopped_part_way_resumes_to_the_uninterrupted_weights(tmp_
         assert torch.equal(resumed_state["model"][k], v), k
     straight_rows = (tmp_path / "straight" / "metrics.jsonl").read_text().splitlines()
     assert (stopped / "metrics.jsonl").read_text().splitlines() == straight_rows  # loss of every step, eval too
+
+
+@pytest.mark.distributed
+def test_only_rank_0_prints_the_summary(tmp_path):
+    """Both ranks train; the summary and the ``results:`` line come once, from rank 0 (the rank that wrote them)."""
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(
+        CONFIG.replace("LOSS", "info_nce").replace("SYM", "true").replace("NEGATIVES", "").replace("25", "2")
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.run(
+        _torchrun(cfg, tmp_path / "two"), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert [x for x in lines if x.startswith("results: ")] == [f"results: {tmp_path / 'two' / 'results.json'}"]
+    summary = json.loads((tmp_path / "two" / "results.json").read_text())["summary"]
+    assert [x for x in lines if x.startswith("Trained ")] == [summary]
+    assert "not computed" not in summary  # rank 0's evaluation, not another rank's

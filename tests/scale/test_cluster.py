@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -140,3 +141,32 @@ def test_a_session_temp_dir_is_what_remove_stale_temp_dirs_recognises(tmp_path):
             assert remove_stale_temp_dirs(short) == [tmp]  # as a session left it (never while one runs)
     finally:
         short.rmdir()
+
+
+def test_an_embedded_ray_that_fails_to_start_leaves_no_temp_folder(monkeypatch):
+    """ray.init fails after Ray wrote into its temp folder: the error propagates and the run's folder holds nothing."""
+    from contrastlab.scale import cluster
+
+    calls: list[str] = []
+
+    class _RayThatFailsToStart:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kwargs: object) -> None:
+            (Path(str(kwargs["_temp_dir"])) / "session_2026-12-07_00-00-00_000000_1" / "logs").mkdir(parents=True)
+            calls.append("init")
+            raise RuntimeError("Failed to start the raylet")
+
+        def shutdown(self) -> None:
+            calls.append("shutdown")
+
+    monkeypatch.setattr(cluster, "import_ray", lambda loopback=True: _RayThatFailsToStart())
+    out = Path("/tmp") / f"cl-f{os.getpid()}"  # short: the temp folder goes inside (see ray_temp_dir)
+    try:
+        with pytest.raises(RuntimeError, match="Failed to start the raylet"), ray_session(None, temp_dir=out):
+            pytest.fail("the session started")
+        assert list(out.iterdir()) == []
+        assert calls == ["init", "shutdown"]  # whatever Ray began is stopped
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

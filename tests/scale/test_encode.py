@@ -1,7 +1,15 @@
-"""``contrastlab encode``: one process and Ray write the same store; an interrupted encode resumes."""
+"""``contrastlab encode``: one process and Ray write the same store; an interrupted encode resumes.
+
+Every one-process encode whose shards are compared bit for bit runs with one torch thread (``threads=1``, or
+:func:`_one_torch_thread` around the command): the same bits are promised for the same arithmetic, and the
+thread count is part of it. The module's ``local_store`` is built before the per-test thread setting of
+``tests/conftest.py`` applies (a module fixture comes first), so without the pin it would run at the
+process's default count (the cores, or ``OMP_NUM_THREADS``) while the encodes it is compared with run at one.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -12,10 +20,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from contrastlab.scale.cluster import Engine
 from contrastlab.scale.encode import encode_corpus
@@ -42,11 +52,23 @@ def local_store(inputs, tmp_path_factory: pytest.TempPathFactory) -> EmbeddingSt
 
     model, corpus = inputs
     out = tmp_path_factory.mktemp("local") / "store"
-    return encode_corpus(corpus, TextModelSource(str(model)), out, shard_rows=SHARD_ROWS, batch_size=BATCH).store
+    return encode_corpus(
+        corpus, TextModelSource(str(model)), out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1
+    ).store
 
 
 class _Stop(Exception):
     pass
+
+
+@contextlib.contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def _stop_after(n: int):
@@ -84,11 +106,11 @@ def test_interrupted_local_encode_resumes_with_the_same_bits(inputs, local_store
     source, out = TextModelSource(str(model)), tmp_path / "store"
     on_shard, done = _stop_after(2)
     with pytest.raises(_Stop):
-        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, on_shard=on_shard)
+        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1, on_shard=on_shard)
     assert done == [0, 1] and (out / JOURNAL).is_file() and not (out / MANIFEST).exists()
     with pytest.raises(StoreError, match="unfinished store"):
         EmbeddingStore.open(out)
-    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH)
+    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1)
     assert (again.skipped, again.written) == ((0, 1), (2, 3))
     assert again.store.shards == local_store.shards  # same process, same batches: the same bits
     assert encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH).written == ()
@@ -281,13 +303,13 @@ def test_a_resumed_encode_removes_the_ray_temp_folders_an_earlier_run_left(input
     source, out = TextModelSource(str(model)), tmp_path / "store"
     on_shard, _ = _stop_after(2)
     with pytest.raises(_Stop):
-        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, on_shard=on_shard)
+        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1, on_shard=on_shard)
     # what a killed embedded-Ray encode leaves in the store: its temp folder (token, a session with logs)
     left = out / "ray-k3x_9q2a"
     (left / "session_2026-12-06_03-00-00_000000_1" / "logs").mkdir(parents=True)
     (left / "session_2026-12-06_03-00-00_000000_1" / "logs" / "raylet.out").write_text("log\n")
     (left / "auth_token").write_text("0" * 64)
-    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH)
+    again = encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1)
     assert again.skipped == (0, 1) and again.store.shards == local_store.shards
     assert _store_files(out) == [MANIFEST, *(s.name for s in local_store.shards)]
 
@@ -342,7 +364,8 @@ def test_cli_encodes_and_refuses_another_model_into_the_store(capsys, inputs, lo
     model, corpus = inputs
     out = tmp_path / "store"
     argv = ["encode", str(model), "--corpus", str(corpus), "--out", str(out), "--shard-rows", "10", "--batch-size", "4"]
-    assert main([*argv, "--quiet"]) == 0
+    with _one_torch_thread():  # the command encodes at torch's current setting
+        assert main([*argv, "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "37 documents, 4 shards of 16-dimensional float32 embeddings (4 encoded, 0 kept" in printed
     assert f"store: {out}" in printed
@@ -380,5 +403,5 @@ def test_cli_encode_killed_with_sigkill_resumes(inputs, tmp_path: Path):
     assert kept >= 3
     from contrastlab.audit.text_model import TextModelSource
 
-    ref = encode_corpus(corpus, TextModelSource(str(model)), tmp_path / "ref", shard_rows=2, batch_size=2)
+    ref = encode_corpus(corpus, TextModelSource(str(model)), tmp_path / "ref", shard_rows=2, batch_size=2, threads=1)
     assert EmbeddingStore.open(out, verify=True).shards == ref.store.shards  # one process each time: same bits

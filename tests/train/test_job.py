@@ -154,3 +154,28 @@ def test_sphere_job_uses_the_sphere_world() -> None:
     x_a, x_p, z, _ = world.sample_pairs(16, generator=step_generator(TINY.train.seed, 4))
     b = src.batch_at(4)
     assert torch.equal(b["anchor"], x_a) and torch.equal(b["positive"], x_p) and torch.equal(b["latent"], z.float())
+
+
+def test_a_held_out_set_of_one_distinct_anchor_says_why_uniformity_is_not_given(tmp_path: Path) -> None:
+    """Two held-out rows of one query: uniformity is 0 whatever the model, so the summary gives the reason instead."""
+    pytest.importorskip("sentence_transformers")
+    from tests.models.text_models import write_tiny_bert
+
+    bert = write_tiny_bert(tmp_path / "st", "st")
+    pairs = tmp_path / "pairs.tsv"
+    rows = [(f"query {i}", f"answer {i}") for i in range(8)] + [("one query", f"answer {i}") for i in range(8, 10)]
+    pairs.write_text("".join(f"{q}\t{d}\n" for q, d in rows), encoding="utf-8")
+    job = {
+        "data": {"name": "text", "batch_size": 4, "text": {"path": str(pairs)}},
+        "encoder": {"name": "sentence_transformers", "path": str(bert), "out_dim": 16, "max_seq_length": 8},
+        "loss": {"name": "info_nce", "temperature": 0.5},
+        "train": {"steps": 1, "seed": 1, "progress": False, "log_every": 1},
+        "eval": {"n": 2},
+    }
+    results = run_job(from_dict(JobConfig, job), tmp_path / "run")
+    summary = results["summary"]
+    assert "uniformity not informative (fewer than two distinct held-out anchors: 2 rows, 1 distinct)" in summary
+    assert "uniformity 0" not in summary and "uniformity -0" not in summary
+    from contrastlab.train.job import _uninformative_held_out
+
+    assert _uninformative_held_out(torch.tensor([[1, 2], [1, 3]])) == {}  # two distinct anchors: informative

@@ -89,7 +89,57 @@ def test_only_the_adapters_train_and_their_count_is_reported(files, tmp_path: Pa
         )
         assert torch.equal(state[ours], value), key
     assert results["peak_memory"]["bytes"] > 0 and results["peak_memory"]["what"]
-    assert "LoRA (r = 4 on query, value: 512 of" in results["summary"]
+    first = results["summary"].split(". Held-out")[0]
+    assert "through LoRA (r = 4 on query, value: 512 of" in first and first.count(" with ") == 1, first
+
+
+# tiny BERT, r = 4: LoRA's A is r x d_in and B is d_out x r, so an adapter on a d_in -> d_out layer holds
+# r (d_in + d_out) parameters. The mean-pooled embedding reaches, in each of the 2 layers, the key (16 -> 16)
+# and three dense layers: attention output (16 -> 16), intermediate (16 -> 32), output (32 -> 16); the pooler's
+# dense (16 -> 16) is not reached.
+REACHED_KEY_DENSE = 2 * 4 * ((16 + 16) + (16 + 16) + (16 + 32) + (32 + 16))
+
+
+def test_adapters_go_only_on_layers_the_loss_reaches(files) -> None:
+    """``targets: [key, dense]`` also names the pooler's dense layer; it gets no adapter, every adapter trains."""
+    pytest.importorskip("peft")
+    cfg = from_dict(JobConfig, _job(files, lora={**LORA, "targets": ["key", "dense"]}))
+    model = build_encoder(cfg, build_source(cfg))
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n and "pooler" not in n for n in trainable), sorted(trainable)
+    assert count_parameters(model)["trainable"] == sum(p.numel() for p in trainable.values()) == REACHED_KEY_DENSE
+    model.train()
+    torch.nn.functional.normalize(model(texts_to_codes(TEXTS)), dim=1).sum().backward()
+    assert [n for n, p in trainable.items() if p.grad is None] == []  # the loss reaches every adapter
+
+
+def test_a_targets_list_of_only_unreached_layers_is_refused(files) -> None:
+    pytest.importorskip("peft")
+    cfg = from_dict(JobConfig, _job(files, lora={**LORA, "targets": ["pooler.dense"]}))
+    with pytest.raises(ConfigError, match=r"^encoder\.lora\.targets: only frozen linear layers, outside the "):
+        build_encoder(cfg, build_source(cfg))
+
+
+@pytest.mark.distributed
+def test_dense_targets_train_under_torchrun(files, tmp_path: Path) -> None:
+    """Two ranks with ``targets: [key, dense]`` (``dense`` also names BERT's unused pooler): DDP finds every
+    trainable parameter in the loss, and results.json counts only the adapters that train."""
+    pytest.importorskip("peft")
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(_job(files, steps=2, lora={**LORA, "targets": ["key", "dense"]})))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+            "-m", "contrastlab", "train", str(job), "--out", str(tmp_path / "run"), "--quiet",
+        ],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["parameters"]["trainable"] == REACHED_KEY_DENSE
+    assert f"{REACHED_KEY_DENSE:,} of" in results["summary"]
 
 
 LOAD = """
