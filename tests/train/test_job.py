@@ -154,3 +154,14 @@ def test_sphere_job_uses_the_sphere_world() -> None:
     x_a, x_p, z, _ = world.sample_pairs(16, generator=step_generator(TINY.train.seed, 4))
     b = src.batch_at(4)
     assert torch.equal(b["anchor"], x_a) and torch.equal(b["positive"], x_p) and torch.equal(b["latent"], z.float())
+
+
+def test_results_record_the_device_auto_resolved_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = replace(TINY, train=replace(TINY.train, steps=2, device=TrainConfig().device))
+    assert cfg.train.device == "auto"
+    results = run_job(cfg, tmp_path / "run")
+    assert results["device"] == "cpu"
+    from contrastlab.io import read_json_verified
+
+    assert read_json_verified(tmp_path / "run" / "results.json")["device"] == "cpu"
