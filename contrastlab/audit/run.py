@@ -427,7 +427,7 @@ def _report(
         f"(the softmax search's own top-1 probability: {nd['auroc_softmax']:.3f})"
     )
     tail_text = (
-        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint:.3f}), {100 * tails.frac_weibull:.0f}% of "
+        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
         "queries favour reverse-Weibull over Gumbel"
         if tails
         else f"not fitted ({n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
@@ -471,7 +471,7 @@ def _report(
             "columns": ["quantity", "value"],
             "rows": [
                 ["GPD shape ξ̂ (< 0: reverse Weibull)", tails.pot.xi],
-                ["fitted endpoint u − σ/ξ", tails.pot.endpoint],
+                ["fitted endpoint u − σ/ξ", tails.pot.endpoint_cell()],
                 ["threshold u (99% quantile)", tails.pot.threshold],
                 ["exceedances", tails.pot.n_exceed],
                 ["ΔAIC GPD vs exponential", tails.pot.delta_aic],

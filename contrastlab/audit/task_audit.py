@@ -526,7 +526,7 @@ def _task_report(
         else f"τ* = {found.taus[0]:.4f} (fitted on all queries: too few for two folds)"
     )
     tail_text = (
-        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint:.3f}), {100 * tails.frac_weibull:.0f}% of "
+        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
         "queries favour reverse-Weibull over Gumbel"
         if tails
         else f"not fitted ({found.n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
@@ -601,7 +601,7 @@ def _task_report(
             "columns": ["quantity", "value"],
             "rows": [
                 ["GPD shape ξ̂ (< 0: reverse Weibull)", tails.pot.xi],
-                ["fitted endpoint u − σ/ξ", tails.pot.endpoint],
+                ["fitted endpoint u − σ/ξ", tails.pot.endpoint_cell()],
                 ["exceedances", tails.pot.n_exceed],
                 ["share of queries favouring Weibull", tails.frac_weibull],
             ]
