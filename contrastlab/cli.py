@@ -475,6 +475,8 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
         f"({len(result.written)} encoded, {len(result.skipped)} kept from an interrupted run) in "
         f"{result.total_s:.1f} s on {result.engine}"
     )
+    if store.model.get("prompt"):
+        print(f"prompt: {store.model['prompt']!r} before every text")
     print(f"store: {store.path}")
     return EXIT_OK
 
@@ -831,7 +833,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "model", nargs="?", help="minilm, a sentence-transformers/Hugging Face folder or cached name, or a .npy"
+        "model",
+        nargs="?",
+        help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab text run, or a .npy",
     )
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
     p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")

@@ -6,7 +6,10 @@ folder, a name in the local Hugging Face cache (:func:`~contrastlab.audit.inputs
 ``.npy`` of ``(2P, D)`` embeddings (the P anchors, then their P positives, in the file's order) — and
 mines each anchor's hard negatives among the file's distinct positives (the corpus) through an exact
 cosine :class:`~contrastlab.search.EmbeddingIndex` and
-:func:`~contrastlab.search.mining.mine_hard_negatives`.
+:func:`~contrastlab.search.mining.mine_hard_negatives`. A text run of ``contrastlab train`` is a model
+too. Texts are truncated at the model's own ``max_seq_length`` and get the prompts the model records (a
+text run's or its model folder's, :func:`~contrastlab.audit.recorded_prompts.resolve_prompts`) unless
+``max_seq_length``, ``query_prompt`` or ``document_prompt`` say otherwise.
 
 It follows sentence-transformers' ``mine_hard_negatives`` (6.2.0) option for option: rows with the same
 anchor text are one query whose positives are all excluded and whose margins use its lowest positive
@@ -68,8 +71,8 @@ class MineConfig:
     """What ``contrastlab mine`` reads and how it filters and picks the negatives."""
 
     model: str = "minilm"
-    """minilm (the bundled all-MiniLM-L6-v2), a sentence-transformers/Hugging Face folder or cached name, or a
-    .npy of (2P, D) embeddings: the P anchors, then their P positives"""
+    """minilm (the bundled all-MiniLM-L6-v2), a sentence-transformers/Hugging Face folder or cached name, a
+    contrastlab text run, or a .npy of (2P, D) embeddings: the P anchors, then their P positives"""
     pairs: str | None = None
     """the pairs file (.tsv/.csv/.jsonl) or saved dataset folder; its distinct positives are the corpus"""
     query_prompt: str | None = None

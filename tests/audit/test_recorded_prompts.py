@@ -116,7 +116,7 @@ def test_mine_with_a_run_uses_its_prompts_and_an_explicit_one_overrides(world, t
 
 
 @pytest.mark.parametrize("model", ["run", "model"])
-def test_encode_of_a_run_uses_its_document_or_query_prompt(world, tmp_path: Path, model: str) -> None:
+def test_encode_of_a_run_uses_its_document_or_query_prompt(world, tmp_path: Path, model: str, capsys) -> None:
     from sentence_transformers import SentenceTransformer
 
     from contrastlab.search.store import EmbeddingStore
@@ -133,7 +133,12 @@ def test_encode_of_a_run_uses_its_document_or_query_prompt(world, tmp_path: Path
         )
         return EmbeddingStore.open(tmp_path / store)
 
-    documents, queries, plain = encode("d"), encode("q", "--prompt-name", "query"), encode("n", "--prompt", "")
+    documents = encode("d")
+    assert "prompt: 'passage: ' before every text" in capsys.readouterr().out
+    queries = encode("q", "--prompt-name", "query")
+    assert "prompt: 'query: ' before every text" in capsys.readouterr().out
+    plain = encode("n", "--prompt", "")
+    assert "prompt:" not in capsys.readouterr().out
     assert documents.model["prompt"] == "passage: " and queries.model["prompt"] == "query: "
     assert "prompt" not in plain.model
     assert len({s.model["fingerprint"] for s in (documents, queries, plain)}) == 3
