@@ -502,10 +502,11 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
         ("--shard-rows", args.shard_rows),
         ("--batch-size", args.batch_size),
         ("--actors", args.actors),
-        ("--max-seq-length", args.max_seq_length),
     ):
         if value < 1:
             raise UsageError(f"encode: {flag} must be at least 1, got {value}")
+    if args.max_seq_length < 0:
+        raise UsageError(f"encode: --max-seq-length must be at least 0 (0: the model's own), got {args.max_seq_length}")
     try:
         engine = Engine(args.engine, args.address)
         corpus = TextCorpus.scan(
@@ -518,7 +519,9 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
     try:
         result = encode_corpus(
             corpus,
-            TextModelSource(args.model, max_seq_length=args.max_seq_length, prompt=args.prompt),
+            TextModelSource(
+                args.model, max_seq_length=args.max_seq_length, prompt=args.prompt, prompt_name=args.prompt_name
+            ),
             args.out,
             engine=engine,
             shard_rows=args.shard_rows,
@@ -538,6 +541,8 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
         f"({len(result.written)} encoded, {len(result.skipped)} kept from an interrupted run) in "
         f"{result.total_s:.1f} s on {result.engine}"
     )
+    if store.model.get("prompt"):
+        print(f"prompt: {store.model['prompt']!r} before every text")
     print(f"store: {store.path}")
     return EXIT_OK
 
@@ -893,18 +898,33 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         "finished shards. Corpus: a UTF-8 FILE with one document per line, or a DIR whose *.txt files (sorted "
         "by name) are one document each; a document's id is its position.",
     )
-    p.add_argument("model", help="minilm, a sentence-transformers/Hugging Face folder or cached name")
+    p.add_argument(
+        "model", help="minilm, a sentence-transformers/Hugging Face folder or cached name, or a contrastlab text run"
+    )
     p.add_argument("--corpus", required=True, metavar="FILE|DIR", help="the documents (see above)")
     p.add_argument("--out", required=True, metavar="STORE", help="the store folder (new, or an interrupted encode)")
     add_engine_arguments(p)
     p.add_argument("--shard-rows", type=int, default=DEFAULT_SHARD_ROWS, help="rows per shard")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="texts per forward pass")
     p.add_argument("--actors", type=int, default=2, help="Ray actors, each loading the model once (--engine ray)")
-    p.add_argument("--max-seq-length", type=int, default=128, help="tokens per text (longer ones are truncated)")
+    p.add_argument(
+        "--max-seq-length",
+        type=int,
+        default=0,
+        help="tokens per text (longer ones are truncated; default 0: the model's own max_seq_length, as audit)",
+    )
     p.add_argument(
         "--prompt",
-        default="",
-        help='put before every document, e.g. "passage: " (the prompt the model was trained with)',
+        default=None,
+        help='put before every text, e.g. "passage: " (default: the prompt the model records under --prompt-name: '
+        "a contrastlab run or its model folder, a sentence-transformers folder; none if it records none)",
+    )
+    p.add_argument(
+        "--prompt-name",
+        choices=("document", "query"),
+        default="document",
+        help="which recorded prompt to use when --prompt is not given: document (a corpus, the default) or query "
+        "(a file of queries; audit's query_prompt)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     subs["encode"] = p
@@ -923,7 +943,9 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "model", nargs="?", help="minilm, a sentence-transformers/Hugging Face folder or cached name, or a .npy"
+        "model",
+        nargs="?",
+        help="minilm, a sentence-transformers/Hugging Face folder or cached name, a contrastlab text run, or a .npy",
     )
     p.add_argument("--pairs", help="TSV/CSV/JSONL file or saved datasets folder of (anchor, positive) pairs")
     p.add_argument("--out", required=True, help="the output pairs file (.tsv, .csv or .jsonl)")

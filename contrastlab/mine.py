@@ -6,7 +6,10 @@ folder, a name in the local Hugging Face cache (:func:`~contrastlab.audit.inputs
 ``.npy`` of ``(2P, D)`` embeddings (the P anchors, then their P positives, in the file's order) — and
 mines each anchor's hard negatives among the file's distinct positives (the corpus) through an exact
 cosine :class:`~contrastlab.search.EmbeddingIndex` and
-:func:`~contrastlab.search.mining.mine_hard_negatives`.
+:func:`~contrastlab.search.mining.mine_hard_negatives`. A text run of ``contrastlab train`` is a model
+too. Texts are truncated at the model's own ``max_seq_length`` and get the prompts the model records (a
+text run's or its model folder's, :func:`~contrastlab.audit.recorded_prompts.resolve_prompts`) unless
+``max_seq_length``, ``query_prompt`` or ``document_prompt`` say otherwise.
 
 It follows sentence-transformers' ``mine_hard_negatives`` (6.2.0) option for option: rows with the same
 anchor text are one query whose positives are all excluded and whose margins use its lowest positive
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -68,14 +71,15 @@ class MineConfig:
     """What ``contrastlab mine`` reads and how it filters and picks the negatives."""
 
     model: str = "minilm"
-    """minilm (the bundled all-MiniLM-L6-v2), a sentence-transformers/Hugging Face folder or cached name, or a
-    .npy of (2P, D) embeddings: the P anchors, then their P positives"""
+    """minilm (the bundled all-MiniLM-L6-v2), a sentence-transformers/Hugging Face folder or cached name, a
+    contrastlab text run, or a .npy of (2P, D) embeddings: the P anchors, then their P positives"""
     pairs: str | None = None
     """the pairs file (.tsv/.csv/.jsonl) or saved dataset folder; its distinct positives are the corpus"""
-    query_prompt: str = ""
-    """put before each anchor before encoding (e.g. "query: ", the prompt the model was trained with)"""
-    document_prompt: str = ""
-    """put before each document before encoding (e.g. "passage: ")"""
+    query_prompt: str | None = None
+    """put before each anchor before encoding (e.g. "query: "); null: the prompt the model records (a contrastlab
+    run, its model folder, a sentence-transformers folder's "query" prompt), else none"""
+    document_prompt: str | None = None
+    """put before each document before encoding (e.g. "passage: "); null: the prompt the model records, else none"""
     header: bool = False
     """the first line of a .tsv/.csv pairs file names the columns"""
     split: str | None = None
@@ -109,8 +113,9 @@ class MineConfig:
     """n-tuple: anchor, positive, negative_1..K (anchors with all K); triplet: one row per negative"""
     batch_size: int = 64
     """texts per encoder batch"""
-    max_seq_length: int = 256
-    """tokens per text (longer texts are truncated)"""
+    max_seq_length: int = 0
+    """tokens per text (longer texts are truncated); 0: the model's own max_seq_length, as the audit (the teacher's
+    own for the teacher)"""
     device: str = "cpu"
     """torch device of the encoder"""
     progress: bool = True
@@ -152,10 +157,10 @@ class MineConfig:
                 f"teacher must be a model (not .npy) and output_format n-tuple, got {self.teacher!r} with "
                 f"{self.output_format!r}"
             )
-        if self.batch_size < 1 or self.max_seq_length < 1:
-            raise ConfigError(
-                f"batch_size and max_seq_length must be >= 1, got {self.batch_size}, {self.max_seq_length}"
-            )
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_seq_length < 0:
+            raise ConfigError(f"max_seq_length must be >= 0 (0: the model's own), got {self.max_seq_length}")
 
 
 def default_range_max(config: MineConfig, max_positives: int = 1) -> int:
@@ -201,9 +206,11 @@ def _embeddings(config: MineConfig, anchors: list[str], documents: list[str], ro
     encoder = load_model(audit)
     bs, shown = config.batch_size, config.progress
     return (
-        encode_texts(encoder, anchors, batch_size=bs, progress=shown, label="anchors", prompt=config.query_prompt),
         encode_texts(
-            encoder, documents, batch_size=bs, progress=shown, label="documents", prompt=config.document_prompt
+            encoder, anchors, batch_size=bs, progress=shown, label="anchors", prompt=config.query_prompt or ""
+        ),
+        encode_texts(
+            encoder, documents, batch_size=bs, progress=shown, label="documents", prompt=config.document_prompt or ""
         ),
     )
 
@@ -294,6 +301,10 @@ def mine_pairs(
             f"pairs: {len(rows.documents)} distinct positives form the corpus; num_negatives + range_min = "
             f"{k + config.range_min} needs more than that"
         )
+    from contrastlab.audit.recorded_prompts import resolve_prompts
+
+    query_prompt, document_prompt = resolve_prompts(config.model, config.query_prompt, config.document_prompt)
+    config = replace(config, query_prompt=query_prompt, document_prompt=document_prompt)  # the sidecar records them
     anchor_emb, doc_emb = _embeddings(config, rows.anchors, rows.documents, rows)
     if anchor_emb.shape[1] != doc_emb.shape[1]:
         raise ValueError(f"model: anchors have dimension {anchor_emb.shape[1]}, documents {doc_emb.shape[1]}")

@@ -249,7 +249,8 @@ def test_the_probability_filters_temperature_is_printed_and_recorded_beside_the_
     assert side == tmp_path / "out.tsv.mine.json" and f"options: {side}" in printed
     record = read_json_verified(side)
     want = to_dict(MineConfig(model=str(emb), pairs=str(pairs), max_probability=0.08, temperature=0.1,
-                              range_max=12, progress=False))  # fmt: skip
+                              range_max=12, progress=False, query_prompt="", document_prompt=""))  # fmt: skip
+    # the prompts used are recorded: a .npy records none, so none were put before the texts
     assert record["config"] == want and record["config"]["temperature"] == 0.1
     assert record["sha256"] == sha256_file(out) and record["out"] == "out.tsv"
     assert record["engine"] == {"name": "local", "address": None, "shards": None}
@@ -258,3 +259,30 @@ def test_the_probability_filters_temperature_is_printed_and_recorded_beside_the_
     plain = _ours(tmp_path, emb, pairs, out="plain.tsv")
     assert "temperature" not in capsys.readouterr().out
     assert read_json_verified(sidecar_path(plain))["config"]["temperature"] == MineConfig().temperature
+
+
+def test_a_text_model_truncates_at_its_own_max_seq_length_by_default(tmp_path: Path, monkeypatch) -> None:
+    """As the audit: no max_seq_length given, the model (and the teacher) truncate where they themselves do."""
+    from sentence_transformers import SentenceTransformer
+
+    from contrastlab.audit import inputs
+    from contrastlab.mine import MineConfig, mine_pairs
+    from tests.models.text_models import write_tiny_bert
+
+    folder = write_tiny_bert(tmp_path / "st", "st")
+    own = SentenceTransformer(str(folder), device="cpu").max_seq_length
+    lengths: list[int] = []
+    real = inputs.load_model
+
+    def recording(config):
+        encoder = real(config)
+        lengths.append(encoder.model.max_seq_length)
+        return encoder
+
+    monkeypatch.setattr(inputs, "load_model", recording)
+    rows = [(f"query {i} " * 20, f"document {i} " * 20) for i in range(12)]  # longer than the model's 32 tokens
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("".join(f"{a}\t{d}\n" for a, d in rows))
+    cfg = MineConfig(model=str(folder), pairs=str(pairs), teacher=str(folder), num_negatives=2, progress=False)
+    mine_pairs(cfg, tmp_path / "mined.tsv")
+    assert lengths == [own, own] and own == 32

@@ -29,10 +29,10 @@ class AuditConfig:
     """texts per encoder call"""
     max_seq_length: int = 0
     """tokens per text (longer texts are truncated); 0 = the model's own max_seq_length (all-MiniLM-L6-v2: 256), as the model was trained and published"""
-    query_prompt: str = ""
-    """put before each query text before encoding (e.g. "query: ", the prompt the model was trained with)"""
-    document_prompt: str = ""
-    """put before each document text before encoding (e.g. "passage: ")"""
+    query_prompt: str | None = None
+    """put before each query text before encoding (e.g. "query: "); null: the prompt the model records (a contrastlab run, its model folder, a sentence-transformers folder's "query" prompt), else none"""
+    document_prompt: str | None = None
+    """put before each document text before encoding (e.g. "passage: "); null: the prompt the model records (a run's "document" prompt), else none"""
     device: str = "cpu"
     """torch device of the encoder"""
     ks: tuple[int, ...] = (1, 5, 10, 100)

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -46,6 +46,7 @@ from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
+from contrastlab.audit.recorded_prompts import resolve_prompts
 from contrastlab.eval.probe import mean_ci
 from contrastlab.search.sharded import ShardedSearch
 
@@ -149,13 +150,14 @@ def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
     if inputs.encoder is not None:
         assert pairs.queries is not None and pairs.documents is not None
         queries, documents = pairs.queries, pairs.documents
+        query_prompt, document_prompt = resolve_prompts(cfg.model, cfg.query_prompt, cfg.document_prompt)
         q_raw, d_raw = (
             encode_texts(
                 inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
             )
             for texts, label, prompt in (
-                ([queries[i] for i in np.concatenate([ev, va])], "queries", cfg.query_prompt),
-                ([documents[j] for j in docs], "documents", cfg.document_prompt),
+                ([queries[i] for i in np.concatenate([ev, va])], "queries", query_prompt),
+                ([documents[j] for j in docs], "documents", document_prompt),
             )
         )
         model_desc = inputs.encoder.description
@@ -219,6 +221,8 @@ def audit(
             not a 2-D embedding, an unknown engine — named in the message; nothing is written then.
     """
     cfg = config or AuditConfig()
+    query_prompt, document_prompt = resolve_prompts(cfg.model, cfg.query_prompt, cfg.document_prompt)
+    cfg = replace(cfg, query_prompt=query_prompt, document_prompt=document_prompt)  # results.json records them
     check_choice("engine", engine, ENGINES)
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"audit-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     started = _dt.datetime.now(_dt.timezone.utc)
@@ -427,7 +431,7 @@ def _report(
         f"(the softmax search's own top-1 probability: {nd['auroc_softmax']:.3f})"
     )
     tail_text = (
-        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint:.3f}), {100 * tails.frac_weibull:.0f}% of "
+        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
         "queries favour reverse-Weibull over Gumbel"
         if tails
         else f"not fitted ({n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
@@ -471,7 +475,7 @@ def _report(
             "columns": ["quantity", "value"],
             "rows": [
                 ["GPD shape ξ̂ (< 0: reverse Weibull)", tails.pot.xi],
-                ["fitted endpoint u − σ/ξ", tails.pot.endpoint],
+                ["fitted endpoint u − σ/ξ", tails.pot.endpoint_cell()],
                 ["threshold u (99% quantile)", tails.pot.threshold],
                 ["exceedances", tails.pot.n_exceed],
                 ["ΔAIC GPD vs exponential", tails.pot.delta_aic],

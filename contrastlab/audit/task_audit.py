@@ -50,6 +50,7 @@ from contrastlab.audit.figures import model_title, plot_norms, plot_search
 from contrastlab.audit.inputs import encode_texts, load_model
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
+from contrastlab.audit.recorded_prompts import resolve_prompts
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, rank_run, tie_keys
 from contrastlab.search.sharded import ShardedSearch
@@ -448,13 +449,14 @@ def audit_task(
     stages["inputs_s"] = time.perf_counter() - t
     t = time.perf_counter()
     task = inputs.task
+    query_prompt, document_prompt = resolve_prompts(cfg.model, cfg.query_prompt, cfg.document_prompt)
     q_raw, d_raw = (
         encode_texts(
             inputs.encoder, list(texts), batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
         )
         for texts, label, prompt in (
-            (task.query_texts, "queries", cfg.query_prompt),
-            (task.doc_texts, "documents", cfg.document_prompt),
+            (task.query_texts, "queries", query_prompt),
+            (task.doc_texts, "documents", document_prompt),
         )
     )
     encode_s = time.perf_counter() - t
@@ -526,7 +528,7 @@ def _task_report(
         else f"τ* = {found.taus[0]:.4f} (fitted on all queries: too few for two folds)"
     )
     tail_text = (
-        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint:.3f}), {100 * tails.frac_weibull:.0f}% of "
+        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
         "queries favour reverse-Weibull over Gumbel"
         if tails
         else f"not fitted ({found.n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
@@ -601,7 +603,7 @@ def _task_report(
             "columns": ["quantity", "value"],
             "rows": [
                 ["GPD shape ξ̂ (< 0: reverse Weibull)", tails.pot.xi],
-                ["fitted endpoint u − σ/ξ", tails.pot.endpoint],
+                ["fitted endpoint u − σ/ξ", tails.pot.endpoint_cell()],
                 ["exceedances", tails.pot.n_exceed],
                 ["share of queries favouring Weibull", tails.frac_weibull],
             ]

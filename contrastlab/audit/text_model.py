@@ -1,6 +1,6 @@
 """A text model named as ``contrastlab audit`` names it, loadable wherever it runs, with its identity.
 
-:class:`TextModelSource` is a small picklable value (a name, a sequence length, a device): ``contrastlab
+:class:`TextModelSource` is a small picklable value (a name, a sequence length, a device, a prompt): ``contrastlab
 encode`` loads it once in its own process, and each Ray actor loads its own copy from the same name (a
 folder must be at the same path on every node). Its :meth:`~TextModelSource.identity` is what an
 embedding store records to tell one model from another: the name, the dimension, and a SHA-256
@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
 from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.inputs import BUNDLED_MODEL, TextEncoder, load_model
+from contrastlab.audit.recorded_prompts import resolve_prompts
 from contrastlab.export.runtime import OnnxTextEncoder
 
-__all__ = ["TextModelSource", "PromptedEncoder", "model_fingerprint"]
+__all__ = ["TextModelSource", "PromptedEncoder", "model_fingerprint", "max_seq_length"]
 
 
 def model_fingerprint(encoder: TextEncoder | OnnxTextEncoder) -> str:
@@ -49,6 +50,13 @@ def model_fingerprint(encoder: TextEncoder | OnnxTextEncoder) -> str:
     return f"sha256:{h.hexdigest()}"
 
 
+def max_seq_length(encoder: TextEncoder | OnnxTextEncoder) -> int:
+    """The tokens per text a loaded model truncates at (its own, or the one it was loaded with)."""
+    if isinstance(encoder, OnnxTextEncoder):
+        return int(encoder.max_seq_length)
+    return int(encoder.model.max_seq_length)
+
+
 class PromptedEncoder:
     """A loaded text model that puts ``prompt`` before every text it encodes.
 
@@ -73,17 +81,40 @@ class TextModelSource:
 
     Attributes:
         name: what ``contrastlab audit`` takes: ``minilm`` (bundled), a sentence-transformers or Hugging
-            Face folder, or a name in the local Hugging Face cache (nothing is downloaded).
-        max_seq_length: tokens per text; longer texts are truncated.
+            Face folder, a name in the local Hugging Face cache (nothing is downloaded), or a text run of
+            ``contrastlab train``.
+        max_seq_length: tokens per text; longer texts are truncated; 0: the model's own ``max_seq_length``,
+            as the audit truncates (:func:`~contrastlab.audit.inputs.load_model`).
         device: torch device.
-        prompt: put before every text before encoding (e.g. ``"passage: "``, the prompt the model was trained
-            with); part of the identity, so a store is never resumed with another prompt.
+        prompt: put before every text before encoding (e.g. ``"passage: "``); ``None``: the prompt the model
+            records under ``prompt_name`` (:func:`~contrastlab.audit.recorded_prompts.recorded_prompts`), else none. The
+            prompt used is part of the identity, so a store is never resumed with another prompt.
+        prompt_name: which recorded prompt an unset ``prompt`` takes: ``"document"`` (a corpus of documents)
+            or ``"query"`` (a file of queries).
     """
 
     name: str = BUNDLED_MODEL
-    max_seq_length: int = 128
+    max_seq_length: int = 0
     device: str = "cpu"
-    prompt: str = ""
+    prompt: str | None = None
+    prompt_name: Literal["query", "document"] = "document"
+
+    def __post_init__(self) -> None:
+        if self.prompt_name not in ("query", "document"):
+            raise ValueError(f"prompt_name must be 'query' or 'document', got {self.prompt_name!r}")
+        if isinstance(self.max_seq_length, bool) or not isinstance(self.max_seq_length, int) or self.max_seq_length < 0:
+            raise ValueError(f"max_seq_length must be an int >= 0 (0: the model's own), got {self.max_seq_length!r}")
+
+    def prompt_text(self) -> str:
+        """The prompt put before every text: ``prompt``, or the model's recorded one for ``prompt_name``.
+
+        Raises:
+            ValueError: the file that records the model's prompts does not parse.
+        """
+        if self.prompt is not None:
+            return self.prompt
+        query, document = resolve_prompts(self.name, None, None)
+        return query if self.prompt_name == "query" else document
 
     def load(self) -> TextEncoder | OnnxTextEncoder | PromptedEncoder:
         """Load the model (raw, pre-normalisation embeddings; see :class:`~contrastlab.audit.inputs.TextEncoder`).
@@ -93,7 +124,8 @@ class TextModelSource:
         """
         config = AuditConfig(model=self.name, max_seq_length=self.max_seq_length, device=self.device, progress=False)
         encoder = load_model(config)
-        return PromptedEncoder(encoder, self.prompt) if self.prompt else encoder
+        prompt = self.prompt_text()
+        return PromptedEncoder(encoder, prompt) if prompt else encoder
 
     def identity(self, encoder: TextEncoder | OnnxTextEncoder | PromptedEncoder) -> dict[str, Any]:
         """The model's identity for a store: name, description, dim, max_seq_length, normalizes, fingerprint.
@@ -112,14 +144,15 @@ class TextModelSource:
         )
         inner = encoder.inner if isinstance(encoder, PromptedEncoder) else encoder
         fingerprint = model_fingerprint(inner)
-        if self.prompt:  # the same weights with a prompt embed other vectors: another identity
-            fingerprint = "sha256:" + hashlib.sha256(f"{fingerprint}\0prompt\0{self.prompt}".encode()).hexdigest()
+        prompt = encoder.prompt if isinstance(encoder, PromptedEncoder) else ""
+        if prompt:  # the same weights with a prompt embed other vectors: another identity
+            fingerprint = "sha256:" + hashlib.sha256(f"{fingerprint}\0prompt\0{prompt}".encode()).hexdigest()
         return {
             "name": name,
             "description": encoder.description,
             "dim": int(probe.shape[1]),
-            "max_seq_length": self.max_seq_length,
+            "max_seq_length": max_seq_length(inner),
             "normalizes": encoder.normalizes,
             "fingerprint": fingerprint,
-            **({"prompt": self.prompt} if self.prompt else {}),
+            **({"prompt": prompt} if prompt else {}),
         }

@@ -48,7 +48,11 @@ __all__ = [
     "delta_aic_histogram",
     "DELTA_AIC_CLIP",
     "isotropic_xi",
+    "NO_ENDPOINT",
 ]
+
+NO_ENDPOINT = "none (ξ̂ ≥ 0)"
+"""How a fit without a finite right endpoint (ξ̂ ≥ 0: the Gumbel or Fréchet domain) prints its endpoint."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class POTFit:
         n_exceed: number of exceedances (values > u).
         xi: shape ξ̂ (scipy's ``c``); < 0 is the (reverse) Weibull domain.
         sigma: scale σ̂ > 0.
-        endpoint: the fitted right endpoint u − σ/ξ for ξ < 0, ``inf`` otherwise.
+        endpoint: the fitted right endpoint u − σ/ξ for ξ < 0, ``inf`` otherwise (printed as
+            :data:`NO_ENDPOINT`: :meth:`endpoint_text`, :meth:`endpoint_cell`).
         loglik: the GPD log-likelihood at the fit.
         sigma_exponential: the exponential (ξ = 0, Gumbel domain) scale, the mean excess.
         loglik_exponential: its log-likelihood.
@@ -80,6 +85,14 @@ class POTFit:
     sigma_exponential: float
     loglik_exponential: float
     delta_aic: float
+
+    def endpoint_text(self, digits: int = 3) -> str:
+        """The endpoint as printed: ``u − σ/ξ`` to ``digits`` decimals for ξ̂ < 0, else :data:`NO_ENDPOINT`."""
+        return f"{self.endpoint:.{digits}f}" if self.xi < 0 else NO_ENDPOINT
+
+    def endpoint_cell(self) -> float | str:
+        """The endpoint as a table cell: the number for ξ̂ < 0, else :data:`NO_ENDPOINT`."""
+        return self.endpoint if self.xi < 0 else NO_ENDPOINT
 
 
 @dataclass(frozen=True)

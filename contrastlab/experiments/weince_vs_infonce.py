@@ -62,7 +62,7 @@ from contrastlab.eval.probe import (
     random_encoder,
     raw_pixel_features,
 )
-from contrastlab.eval.tails import TailReport, plot_tail_diagnostics, tail_diagnostics
+from contrastlab.eval.tails import NO_ENDPOINT, TailReport, plot_tail_diagnostics, tail_diagnostics
 from contrastlab.losses import WEINCELoss, nt_xent
 from contrastlab.models import ContrastiveModel, ProjectionHead, build_encoder
 from contrastlab.train import OptimConfig, TrainConfig, fit
@@ -270,8 +270,8 @@ class TailRow(NamedTuple):
     encoder: str
     xi: float
     """GPD shape ξ̂ of the exceedances"""
-    endpoint: float
-    """the fitted upper endpoint u − σ/ξ (finite when ξ̂ < 0)"""
+    endpoint: float | str
+    """the fitted upper endpoint u − σ/ξ when ξ̂ < 0, else the text none (ξ̂ ≥ 0)"""
     threshold: float
     """the threshold u"""
     n_exceed: int
@@ -372,7 +372,7 @@ def run(config: Config, out_dir: Path) -> dict:
         tail_rows: list[TailRow] = []
         for name, rep in tails.items():
             p = rep.pot
-            tail_rows.append(TailRow(name, round(p.xi, 4), round(p.endpoint, 4), round(p.threshold, 4), p.n_exceed,
+            tail_rows.append(TailRow(name, round(p.xi, 4), round(p.endpoint, 4) if p.xi < 0 else NO_ENDPOINT, round(p.threshold, 4), p.n_exceed,
                                      round(p.delta_aic, 1), round(100 * rep.frac_weibull, 1), round(rep.xi_isotropic, 4)))  # fmt: skip
             metrics[f"{data}/{name}/pot_xi"] = p.xi
             metrics[f"{data}/{name}/frac_anchor_weibull"] = rep.frac_weibull

@@ -23,9 +23,10 @@ class OptimConfig:
     momentum: float = 0.0
     """heavy-ball momentum, sgd only"""
     warmup_steps: int = 0
-    """linear warm-up from lr/warmup_steps to lr over this many steps"""
-    schedule: Literal["constant", "cosine"] = "constant"
-    """after warm-up: constant, or cosine decay to 0 at the last step"""
+    """linear warm-up to lr over this many steps (from lr/warmup_steps; linear: from 0)"""
+    schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """after warm-up: constant, cosine decay to 0 at the last step, or linear decay reaching 0 after the last step
+    (linear: Hugging Face's get_linear_schedule_with_warmup, sentence-transformers' default, warm-up included)"""
     grad_clip: float | None = None
     """clip the global gradient norm to this value (None: no clipping)"""
 
@@ -53,8 +54,8 @@ class TrainConfig:
     """number of optimiser steps"""
     seed: int = 0
     """seeds torch, numpy and python's random at the start of fit"""
-    device: str = "cpu"
-    """cpu, cuda, cuda:N or auto (cuda when available)"""
+    device: str = "auto"
+    """auto (cuda when available, else cpu), cpu, cuda, cuda:N or mps; results.json records the device used"""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """autocast dtype of the forward pass; the loss is always computed in fp32"""
     log_every: int = 50

@@ -558,6 +558,7 @@ def run_job(
         "version": contrastlab.__version__,
         "runtime_s": result.seconds,
         "parameters": counts,
+        "device": str(next(result.model.parameters()).device),  # train.device resolved (auto: cuda or cpu)
         "peak_memory": peak_memory(next(result.model.parameters()).device),
         "resumed_from": result.resumed_from,
         "host": host_info(),

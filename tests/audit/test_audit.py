@@ -420,3 +420,29 @@ def test_multi_positive_negatives_are_drawn_from_the_documents_not_relevant_to_t
         assert risk == pytest.approx(float(per_pair.reshape(2, 3).mean(1).mean()), abs=1e-12)
     with pytest.raises(ValueError, match="exclude"):
         diag.risk_curve(q[:1], d, np.array([1]), temperature=1.0, k_max=2, generator=g, exclude=exclude[:1])
+
+
+def test_an_endpoint_of_a_fit_with_xi_at_least_zero_prints_as_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """ξ̂ ≥ 0 (Gumbel or Fréchet domain) has no finite endpoint: summary, table and CLI say so, not "inf"."""
+    import dataclasses
+
+    none = "none (ξ̂ ≥ 0)"
+    real = diag.hard_negative_tails
+
+    def unbounded(*args, **kwargs):  # the real fit, its shape set to ξ̂ = 0.2 (no finite endpoint)
+        rep = real(*args, **kwargs)
+        return dataclasses.replace(rep, pot=dataclasses.replace(rep.pot, xi=0.2, endpoint=math.inf))
+
+    monkeypatch.setattr(diag, "hard_negative_tails", unbounded)
+    emb, pairs = _synthetic(tmp_path)
+    out = tmp_path / "out"
+    argv = ["audit", str(emb), "--pairs", str(pairs), "--out", str(out), "--quiet", "--n_boot", "50", "--k_max", "64"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    results = read_json_verified(out / "results.json")
+    assert f"(endpoint {none})" in results["summary"] and "endpoint inf" not in results["summary"]
+    (table,) = [t for t in results["tables"] if t["title"].startswith("Hard-negative tails")]
+    assert ["fitted endpoint u − σ/ξ", none] in table["rows"]
+    assert none in printed and not any("endpoint" in line and "inf" in line for line in printed.splitlines())

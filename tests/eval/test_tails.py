@@ -13,6 +13,7 @@ from scipy import stats as sps
 from contrastlab import figures
 from contrastlab.eval.tails import (
     DELTA_AIC_CLIP,
+    NO_ENDPOINT,
     delta_aic_histogram,
     isotropic_xi,
     negative_cosines,
@@ -167,3 +168,13 @@ def test_bad_inputs_name_the_argument():
     with pytest.raises(ValueError, match="^values"):
         pot_fit(np.arange(100.0), threshold_quantile=0.99)
     assert math.isnan(isotropic_xi(1))
+
+
+def test_an_endpoint_prints_as_a_number_only_when_xi_is_negative():
+    rng = np.random.default_rng(0)
+    bounded = pot_fit(sps.genpareto.rvs(-0.3, scale=0.1, size=4000, random_state=rng), threshold_quantile=0.0)
+    assert bounded.xi < 0
+    assert bounded.endpoint_text() == f"{bounded.endpoint:.3f}" and bounded.endpoint_cell() == bounded.endpoint
+    for xi in (0.0, 0.2):  # the Gumbel and Fréchet domains: no finite endpoint
+        fit = dataclasses.replace(bounded, xi=xi, endpoint=math.inf)
+        assert fit.endpoint_text() == fit.endpoint_cell() == NO_ENDPOINT == "none (ξ̂ ≥ 0)"

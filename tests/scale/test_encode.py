@@ -405,3 +405,17 @@ def test_cli_encode_killed_with_sigkill_resumes(inputs, tmp_path: Path):
 
     ref = encode_corpus(corpus, TextModelSource(str(model)), tmp_path / "ref", shard_rows=2, batch_size=2, threads=1)
     assert EmbeddingStore.open(out, verify=True).shards == ref.store.shards  # one process each time: same bits
+
+
+def test_cli_encode_truncates_at_the_models_own_max_seq_length_by_default(capsys, inputs, tmp_path: Path):
+    """As the audit: no --max-seq-length, the store is encoded at the model's own length (the tiny BERT's 32)."""
+    from sentence_transformers import SentenceTransformer
+
+    from contrastlab.cli import main
+
+    model, corpus = inputs
+    own = SentenceTransformer(str(model), device="cpu").max_seq_length
+    argv = ["encode", str(model), "--corpus", str(corpus), "--out", str(tmp_path / "store"), "--quiet"]
+    assert main(argv) == 0
+    assert EmbeddingStore.open(tmp_path / "store").model["max_seq_length"] == own == 32
+    _one_line_exit_2(capsys, [*argv[:-1], "--max-seq-length", "-1"], r"^encode: --max-seq-length must be at least 0")

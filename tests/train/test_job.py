@@ -179,3 +179,14 @@ def test_a_held_out_set_of_one_distinct_anchor_says_why_uniformity_is_not_given(
     from contrastlab.train.job import _uninformative_held_out
 
     assert _uninformative_held_out(torch.tensor([[1, 2], [1, 3]])) == {}  # two distinct anchors: informative
+
+
+def test_results_record_the_device_auto_resolved_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = replace(TINY, train=replace(TINY.train, steps=2, device=TrainConfig().device))
+    assert cfg.train.device == "auto"
+    results = run_job(cfg, tmp_path / "run")
+    assert results["device"] == "cpu"
+    from contrastlab.io import read_json_verified
+
+    assert read_json_verified(tmp_path / "run" / "results.json")["device"] == "cpu"

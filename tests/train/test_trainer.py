@@ -338,3 +338,12 @@ def test_metrics_rows_carry_checksums_and_a_corrupted_row_is_dropped_on_resume(t
         fit(make_model(), loss_fn, batch_at, replace(CONFIG, steps=12), out_dir=tmp_path, resume=True)
     assert len(caught) == 1  # the cut last line is dropped quietly
     assert [r["step"] for r in _metrics(tmp_path)] == [2, 6, 8, 12]  # 4 corrupted, 10 cut: both gone
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_default_device_is_cuda_when_present_else_cpu(monkeypatch: pytest.MonkeyPatch, cuda: bool) -> None:
+    from contrastlab.train import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert TrainConfig().device == "auto"
+    assert resolve_device(TrainConfig().device) == torch.device("cuda" if cuda else "cpu")
