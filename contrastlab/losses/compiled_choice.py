@@ -2,7 +2,7 @@
 
 SigLIP, masked InfoNCE and WEINCE's streamed kernel have an optional block pass compiled by
 ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`,
-:mod:`contrastlab.losses.masked_ratio_compiled`, :mod:`contrastlab.losses.weince_compiled`); the eager
+:mod:`contrastlab.losses.masked_ratio_compiled`, :mod:`contrastlab.losses.weince.compiled`); the eager
 passes are the reference and the default. Whether the compiled pass is faster depends on the machine
 (vector width, the cost of a transcendental against a pass over the last-level cache) and on the block's
 shape, so no constant table decides it. A caller that passes ``compiled="auto"`` asks for a measurement

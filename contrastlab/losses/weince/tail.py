@@ -3,7 +3,7 @@
 Erol, Evren, Ozel, Morgan, Ryu, Zheng, "When Softmax Fails at the Top: Extreme-Value Corrections for
 InfoNCE", ICML 2026 (arXiv 2606.00262), §2.3, computed exactly as the official code does
 (github.com/hsme98/weince, commit 49485f3, ``simclr/modules/nt_xent_hard_select.py``); see
-:mod:`contrastlab.losses.weince` for the loss they enter. Everything here runs without gradient.
+:mod:`contrastlab.losses.weince.loss` for the loss they enter. Everything here runs without gradient.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scipy.special import expit
 from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab.losses.weince_options import GlobalBetaConfig, WEINCEOptions
+from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
 
 __all__ = [
     "AnchorTailStats",

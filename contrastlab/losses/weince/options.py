@@ -1,7 +1,7 @@
 """WEINCE's options, built and validated once: the loss function, its module and the gathered case share them.
 
 Erol et al. 2026 (arXiv 2606.00262), §2.3 and the official code's hyperparameters; see
-:mod:`contrastlab.losses.weince` for what each one does in the loss.
+:mod:`contrastlab.losses.weince.loss` for what each one does in the loss.
 """
 
 from __future__ import annotations

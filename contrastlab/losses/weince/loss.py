@@ -49,7 +49,7 @@ Differences between the paper's text (the defaults here) and the official code, 
   a float64 computation on the same inputs (measured: identical on clustered batches with
   1 − s down to 7e-5). Rows farther out keep float32 cosines; measured against float64 on the same
   inputs (2N = 256, D = 128, smallest ρ 0.31–0.61): λ within 1.4e-5, ΔAIC within 8e-4, β̂ within
-  2e-6 relative (``tests/losses/test_weince.py``; docs/weince.md).
+  2e-6 relative (``tests/losses/weince/test_weince.py``; docs/weince.md).
 * The statistics are computed in float64 (numpy, on the host; a GPU's (2N, k_tail) tail values are
   copied over once per step) from the k_tail largest negatives (float32 on the GPU in the code).
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
@@ -60,7 +60,7 @@ With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by
 with them to rounding (tested).
 
 Computation, SimCLR's views: while the 2N × 2N matrix fits one block of
-:data:`~contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
+:data:`~contrastlab.losses.weince.stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
 with a fixed τ and no auxiliary terms, the **fused single-block kernel**: one GEMM for the cosines, a
 tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
 float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
@@ -72,7 +72,7 @@ or a sum, the fused function also forms the gradient in its forward, through the
 its two (2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)``
 does for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of two passes and two
 GEMMs. Otherwise (larger batches, ``chunk_size``, gathered candidates, a learnable τ, the auxiliary
-terms) the **streamed kernel** (:mod:`contrastlab.losses.weince_stream`): a statistics sweep and a loss
+terms) the **streamed kernel** (:mod:`contrastlab.losses.weince.stream`): a statistics sweep and a loss
 sweep over blocks of anchors against all 2N views, memory O(N·D + N·chunk), the same statistics (each
 anchor's tail is selected from its complete row) and the same loss to rounding. Explicit negatives use
 the logits s/τ of the anchors against their candidates with their autograd graph and
@@ -87,10 +87,6 @@ the per-anchor tails come from each local anchor's 2N − 2 global negatives; th
 q-order statistic of every rank's ρ (gathered without gradient); the global β_t fits the pooled k_tail
 largest negatives of every rank, so its EMA state advances identically everywhere. Shared negatives
 are gathered into one set, per-anchor negatives stay local. In one process every gather does nothing.
-
-Files: the options (:mod:`contrastlab.losses.weince_options`), the tail statistics
-(:mod:`contrastlab.losses.weince_tail`), the fused kernels (:mod:`contrastlab.losses.weince_kernels`)
-and the streamed one (:mod:`contrastlab.losses.weince_stream`).
 """
 
 from __future__ import annotations
@@ -125,7 +121,7 @@ from contrastlab.losses._common import (
 from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
-from contrastlab.losses.weince_kernels import (
+from contrastlab.losses.weince.kernels import (
     _mixed_cross_entropy_autograd,
     _MixedCrossEntropy,
     _u_min,
@@ -133,8 +129,8 @@ from contrastlab.losses.weince_kernels import (
     _weince_rows,
     _WeinceSimCLR,
 )
-from contrastlab.losses.weince_options import BETA_MODES, GlobalBetaConfig, WEINCEOptions
-from contrastlab.losses.weince_stream import (
+from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
+from contrastlab.losses.weince.stream import (
     STREAM_BLOCK_BYTES,
     Refinement,
     _WeinceStream,
@@ -144,38 +140,20 @@ from contrastlab.losses.weince_stream import (
     gather_dot,
     streamed_tail,
 )
-from contrastlab.losses.weince_tail import (
-    ENDPOINT_SHORTFALL,
+from contrastlab.losses.weince.tail import (
     AnchorTailStats,
     _anchor_tail_stats,
     _crowded_rows,
     _refine_rows,
     _tail_gates,
     _top_values,
-    anchor_tail_stats,
     global_tail_beta,
     global_tail_beta_pooled,
-    rowwise_ols,
     tail_size,
     update_beta_ema,
 )
 
-__all__ = [
-    "weince",
-    "WEINCELoss",
-    "WEINCEOptions",
-    "WEINCEStats",
-    "AnchorTailStats",
-    "GlobalBetaConfig",
-    "anchor_tail_stats",
-    "global_tail_beta",
-    "global_tail_beta_pooled",
-    "update_beta_ema",
-    "tail_size",
-    "rowwise_ols",
-    "BETA_MODES",
-    "ENDPOINT_SHORTFALL",
-]
+__all__ = ["weince", "weince_with", "WEINCELoss", "WEINCEStats"]
 
 
 class WEINCEStats(NamedTuple):
@@ -282,11 +260,11 @@ def weince(
         chunk_size: SimCLR's views (``negatives=None``) are computed in blocks of ``chunk_size`` anchors
             against all 2N views (memory O(N·D + N·chunk_size), never the 2N × 2N matrix; the same
             numbers as one block). ``None`` chooses: one fused block while the 2N × 2N matrix fits
-            :data:`contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
+            :data:`contrastlab.losses.weince.stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
             process, a fixed τ, no auxiliary terms), else blocks of that many bytes. Explicit
             negatives are computed densely (their N × M or N × K logits).
         compiled: ``True``: SimCLR's views take the streamed kernel with each block's element-wise work
-            done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince_compiled`)
+            done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince.compiled`)
             instead of the eager passes, the reference and the default (``False``); ``"auto"``: the
             streamed kernel, compiled only if that measured faster on the first block of anchors, once
             per process and shape (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call
@@ -621,7 +599,7 @@ def _simclr_fused(call: _Call) -> _Parts:
 
 
 def _simclr_streamed(call: _Call) -> _Parts:
-    """SimCLR's views in blocks of anchors (:mod:`contrastlab.losses.weince_stream`): O(N·D + N·chunk) memory.
+    """SimCLR's views in blocks of anchors (:mod:`contrastlab.losses.weince.stream`): O(N·D + N·chunk) memory.
 
     Under torch.distributed the local anchors are contrasted with every rank's views; every batch
     statistic (ρ_0, the global tail, the float64 recomputation) is the global batch's.
