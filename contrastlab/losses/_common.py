@@ -1,4 +1,4 @@
-"""Pieces shared by every loss: normalisation, temperature handling, reduction, output checks."""
+"""Pieces shared by every loss: input and option checks, normalisation, temperature handling, output checks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import check_bool, check_choice, check_positive_float, compute_dtype
+from contrastlab._checks import (
+    check_bool,
+    check_choice,
+    check_embeddings,
+    check_positive_float,
+    check_same_device,
+    compute_dtype,
+)
+from contrastlab.losses import tiled
 
 __all__ = [
     "gather_rows",
@@ -16,7 +24,12 @@ __all__ = [
     "REDUCTIONS",
     "check_finite_loss",
     "check_loss_options",
+    "check_negatives",
+    "check_pair",
+    "check_temperature",
     "resolve_loss_options",
+    "scaled_pair",
+    "temperature_repr",
     "device_of",
 ]
 
@@ -77,14 +90,72 @@ def resolve_inverse_temperature(
     return inv_f
 
 
+def check_pair(first_name: str, first: Tensor, second_name: str, second: Tensor) -> tuple[int, int]:
+    """Check two row-paired embeddings ``(N, D)`` of the same shape on one device; return ``(N, D)``.
+
+    Raises:
+        TypeError, ValueError: from :func:`contrastlab._checks.check_embeddings`, or shapes or devices
+            that differ, naming ``second_name``.
+    """
+    check_embeddings(first_name, first, ndim=2)
+    check_embeddings(second_name, second, ndim=2)
+    if second.shape != first.shape:
+        raise ValueError(
+            f"{second_name} must have the same shape as {first_name} {tuple(first.shape)}, got {tuple(second.shape)}"
+        )
+    check_same_device(**{first_name: first, second_name: second})
+    n, d = first.shape
+    return n, d
+
+
+def check_negatives(negatives: object, anchor_name: str, anchor: Tensor) -> None:
+    """Check explicit negatives of the checked anchors ``(N, D)``: ``None``, shared ``(M, D)`` or per-anchor ``(N, K, D)``.
+
+    Raises:
+        TypeError: not ``None`` or a tensor, or non-floating entries.
+        ValueError: another number of dimensions, another D, per-anchor negatives for another N, NaN/Inf,
+            another device than the anchors'.
+    """
+    if negatives is None:
+        return
+    if not isinstance(negatives, Tensor):
+        raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
+    if negatives.ndim not in (2, 3):
+        raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
+    check_embeddings("negatives", negatives, ndim=negatives.ndim)
+    n, d = anchor.shape
+    if negatives.shape[-1] != d:
+        raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
+    if negatives.ndim == 3 and negatives.shape[0] != n:
+        raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
+    check_same_device(**{anchor_name: anchor, "negatives": negatives})
+
+
+def check_temperature(temperature: object) -> TemperatureLike:
+    """A loss module's temperature, checked at construction: a float must be finite and > 0.
+
+    A tensor or a module (``LearnableTemperature``) is returned as given and checked at each call by
+    :func:`resolve_inverse_temperature`, because its value changes during training.
+
+    Raises:
+        TypeError, ValueError: a float temperature that is not a real number, or not finite and > 0.
+    """
+    if isinstance(temperature, (nn.Module, Tensor)):
+        return temperature
+    return check_positive_float("temperature", temperature)
+
+
+def temperature_repr(temperature: TemperatureLike) -> float | str:
+    """A loss module's temperature as its ``repr`` shows it: the float, or ``"learnable"``."""
+    return temperature if isinstance(temperature, float) else "learnable"
+
+
 def check_loss_options(
     temperature: object, normalize: object, reduction: object, gather: object
 ) -> tuple[TemperatureLike, bool, str, bool]:
     """A loss module's common hyperparameters, checked at construction and returned to be stored.
 
-    A float temperature must be finite and > 0 (returned as a float); a tensor or a module
-    (``LearnableTemperature``) is returned as given and checked at each call by
-    :func:`resolve_inverse_temperature`, because its value changes during training.
+    The temperature as :func:`check_temperature` checks it.
 
     Returns:
         ``(temperature, normalize, reduction, gather)``.
@@ -93,10 +164,8 @@ def check_loss_options(
         TypeError: a non-real temperature, non-bool ``normalize`` or ``gather``.
         ValueError: a float temperature that is not finite and > 0, an unknown ``reduction``.
     """
-    if not isinstance(temperature, (nn.Module, Tensor)):
-        temperature = check_positive_float("temperature", temperature)
     return (
-        temperature,
+        check_temperature(temperature),
         check_bool("normalize", normalize),
         check_choice("reduction", reduction, REDUCTIONS),
         check_bool("gather", gather),
@@ -104,7 +173,7 @@ def check_loss_options(
 
 
 def resolve_loss_options(
-    temperature: TemperatureLike, normalize: object, reduction: object, *inputs: Tensor
+    temperature: TemperatureLike, reduction: object, *inputs: Tensor, normalize: object = True
 ) -> tuple[torch.dtype, Tensor | float]:
     """Check a loss call's ``reduction`` and ``normalize``; return its compute dtype and 1/τ in that dtype.
 
@@ -113,10 +182,10 @@ def resolve_loss_options(
 
     Args:
         temperature: τ as the loss takes it (see :data:`TemperatureLike`).
-        normalize: the loss's ``normalize`` flag.
         reduction: one of :data:`REDUCTIONS`.
         inputs: the embeddings, the first one's device being the loss's (float64 if any is float64,
             else float32: :func:`contrastlab._checks.compute_dtype`).
+        normalize: the loss's ``normalize`` flag (a loss without one leaves the default).
 
     Returns:
         ``(dtype, inv_t)``: the compute dtype and :func:`resolve_inverse_temperature`'s 1/τ.
@@ -129,6 +198,24 @@ def resolve_loss_options(
     check_bool("normalize", normalize)
     dtype = compute_dtype(*inputs)
     return dtype, resolve_inverse_temperature(temperature, dtype, inputs[0].device)
+
+
+def scaled_pair(
+    anchor: Tensor, positive: Tensor, dtype: torch.dtype, inv_t: Tensor | float, normalize: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(a, q, k)``: the anchors in ``dtype``, the queries q = a/(‖a‖τ) and the keys k = p/‖p‖.
+
+    Normalisation and the 1/τ scaling are one ``(N, D)`` pass
+    (:func:`contrastlab.losses.tiled.normalize_scale`); 1/τ stays in the autograd graph here (O(N·D)),
+    so a learnable temperature gets its gradient on every path. Without ``normalize``: q = a/τ, k = p.
+    Shapes: anchor, positive ``(N, D)``; each result ``(N, D)``.
+    """
+    a = anchor.to(dtype)
+    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
+    k = positive.to(dtype)
+    if normalize:
+        k = tiled.normalize_scale(k)
+    return a, q, k
 
 
 def check_finite_loss(loss: Tensor, hint: str, *, gather: bool = False) -> Tensor:

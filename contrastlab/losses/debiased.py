@@ -62,7 +62,10 @@ from contrastlab.losses._common import (
     device_of,
     gather_rows,
     resolve_loss_options,
+    scaled_pair,
+    temperature_repr,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.info_nce import _validate
 
 __all__ = ["debiased_info_nce", "DebiasedInfoNCELoss", "check_tau_plus", "check_beta"]
@@ -164,7 +167,7 @@ def debiased_estimate(
         if simclr and negatives is not None:
             raise ValueError("simclr=True contrasts the 2N views in the batch: negatives must be None")
         inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, *inputs)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
         checked["tau_plus"] = check_tau_plus(tau_plus)
         checked["beta"] = check_beta(beta)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
@@ -180,12 +183,7 @@ def debiased_estimate(
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES // len(scales)  # one kept logit buffer per scale
 
-    # q = a/(‖a‖τ): 1/τ stays in the autograd graph (O(N·D)), so a learnable temperature gets its gradient.
-    a = anchor.to(dtype)
-    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
-    k = positive.to(dtype)
-    if normalize:
-        k = tiled.normalize_scale(k)
+    a, q, k = scaled_pair(anchor, positive, dtype, inv_t, normalize)  # q = a/(‖a‖τ), k = p/‖p‖
     pos = (q * k).sum(dim=1)  # (n,) the positive logits S_i⁺
     n = q.shape[0]
     # The estimator weights each row's sums unequally: with a backward the dense path keeps the logits.
@@ -245,6 +243,7 @@ def debiased_estimate(
     return check_finite_loss(cd.share(loss, reduction, rows_global, gather=gather), "anchor/positive", gather=gather)
 
 
+@shared_docs
 def debiased_info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -264,25 +263,19 @@ def debiased_info_nce(
     over the N negatives j of each anchor (module docstring: the layouts, the clamp's constant).
 
     Args:
-        anchor: anchor embeddings (with ``simclr=True``: the first views). Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i (the second views). Shape ``(N, D)``.
-        negatives: ``None`` for in-batch negatives (N − 1 per anchor, or 2N − 2 per view with
-            ``simclr=True``), shared ``(M, D)`` or per-anchor ``(N, K, D)`` negatives.
-        temperature: τ > 0 (float, 0-d tensor or ``LearnableTemperature``); the papers' code uses 0.5.
+        anchor: {simclr_anchor}
+        positive: {simclr_positive}
+        negatives: {simclr_negatives}
+        temperature: {temperature} The papers' code uses 0.5.
         tau_plus: τ⁺ in [0, 1), the prior probability that a drawn negative shares the anchor's class
             (0 gives InfoNCE with the same negatives; the papers use 0.01–0.1).
-        simclr: SimCLR's arrangement of the 2N views (``negatives`` must be None); the loss is over 2N
-            rows, ``reduction="none"`` giving ``(2N,)`` with the first views' rows first.
-        normalize: cosine similarity (``True``) or raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-row losses).
+        simclr: {simclr}
+        normalize: {normalize}
+        reduction: {reductions} (per-row losses).
         chunk_size: ``None`` chooses the dense path while its kept logits fit
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond; an int
-            forces the tiled kernel with that tile side. All paths give the same numbers.
-        gather: under torch.distributed, contrast this rank's anchors with every rank's candidates
-            (in-batch views and shared negatives, exact gradients); N is then the global count. The
-            result is this rank's share of the global loss (:func:`contrastlab.distributed.share`);
-            an invalid input on any rank raises the same error on every rank. In one process the gather
-            does nothing.
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond;
+            {tiled_int}. All paths give the same numbers.
+        gather: {gather_candidates} {gather_share}
 
     Returns:
         The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.
@@ -363,5 +356,5 @@ class DebiasedInfoNCELoss(nn.Module):
 
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        t = temperature_repr(self.temperature)
         return f"temperature={t}, tau_plus={self.tau_plus}, simclr={self.simclr}, normalize={self.normalize}"

@@ -28,24 +28,21 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    all_finite,
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import all_finite, check_bool, check_choice, check_same_device
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
+    check_negatives,
+    check_pair,
     device_of,
     gather_rows,
-    resolve_inverse_temperature,
+    resolve_loss_options,
+    scaled_pair,
+    temperature_repr,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.masked_ratio import masked_log_ratio
 
@@ -56,28 +53,12 @@ VARIANTS = ("infonce", "dcl")
 
 def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> int:
     """This rank's input checks; returns its number of anchors N."""
-    check_embeddings("anchor", anchor, ndim=2)
-    check_embeddings("positive", positive, ndim=2)
-    if positive.shape != anchor.shape:
-        raise ValueError(
-            f"positive must have the same shape as anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
-        )
+    n, _ = check_pair("anchor", anchor, "positive", positive)
     check_choice("variant", variant, VARIANTS)
     check_bool("symmetric", symmetric)
-    n, d = anchor.shape
-    if negatives is not None:
-        if not isinstance(negatives, Tensor):
-            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
-        if negatives.ndim not in (2, 3):
-            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
-        check_embeddings("negatives", negatives, ndim=negatives.ndim)
-        if negatives.shape[-1] != d:
-            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
-        if negatives.ndim == 3 and negatives.shape[0] != n:
-            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
-        if symmetric:
-            raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
-    check_same_device(anchor=anchor, positive=positive, negatives=negatives)
+    check_negatives(negatives, "anchor", anchor)
+    if negatives is not None and symmetric:
+        raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
     return n
 
 
@@ -174,6 +155,7 @@ def _weighted_lse(
     return tiled.tiled_lse(q, k, block=block, diagonal=diagonal, col_offset=offset, bias=bias)
 
 
+@shared_docs
 def info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -193,15 +175,14 @@ def info_nce(
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
     Args:
-        anchor: anchor embeddings. Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i. Shape ``(N, D)``.
-        negatives: ``None`` for in-batch negatives, shared negatives of shape ``(M, D)``, or
-            per-anchor negatives of shape ``(N, K, D)``.
-        temperature: τ > 0: a float, a 0-d tensor, or a module returning one (``LearnableTemperature``).
+        anchor: {anchor}
+        positive: {positive}
+        negatives: {negatives}
+        temperature: {temperature}
         variant: ``"infonce"`` (positive in the denominator) or ``"dcl"`` (positive left out).
         symmetric: average both directions (anchor→positive and positive→anchor); in-batch only.
-        normalize: L2-normalise rows first (cosine similarity); ``False`` uses raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses of shape ``(N,)``).
+        normalize: {normalize}
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``).
         chunk_size: ``None`` chooses automatically (:func:`contrastlab.losses.tiled.plan_chunk_size`):
             a mean or sum (or no backward) runs the dense path streamed in blocks of rows, memory
             linear in N + K, up to K = 65,536 candidates; per-row losses with a backward keep the
@@ -217,11 +198,9 @@ def info_nce(
             rounding: a measured side can differ between processes; pass an int for bit-reproducible runs).
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
-            negatives stay local). The result is this rank's share of the global loss
-            (:func:`contrastlab.distributed.share`: the mean over ranks of the shares is the
-            single-process loss of the global batch; ``"none"`` gives this rank's rows' losses), and
-            every check about the batch (DCL's N ≥ 2) is about the global batch. An invalid input on
-            any rank raises the same error on every rank. In one process the gather does nothing.
+            negatives stay local). {gather_share} The mean over ranks of the shares is the
+            single-process loss of the global batch (``"none"``: this rank's rows' losses), and every
+            check about the batch (DCL's N ≥ 2) is about the global batch.
         positive_mask: optional boolean ``(N, M)`` over each anchor's candidates: True marks another
             positive of anchor i (multiple positives, or a false negative counted as one). In-batch the
             candidates are the positives of every row (of every rank under ``gather``, rank order), and
@@ -238,10 +217,8 @@ def info_nce(
         compiled: with ``positive_mask`` (in-batch, ``variant="infonce"``, no ``weights``, a mean or sum
             on the streamed path), ``True`` makes each block's element-wise pass by a function compiled
             by ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
-            passes, the reference and the default (``False``); ``"auto"`` only if it measured faster on
-            the first block, once per process and shape (:mod:`contrastlab.losses.compiled_choice`).
-            Elsewhere it changes nothing. Opt-in: the first call of each dtype pays the compile
-            (seconds); the same numbers to rounding.
+            passes, the reference and the default (``False``); {compiled_auto} Elsewhere it changes
+            nothing.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -264,12 +241,10 @@ def info_nce(
 
     def check() -> int:
         n_local = _validate(anchor, positive, negatives, variant, symmetric)
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
+        inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
         _check_extras(positive_mask, weights, anchor, negatives, symmetric)
         return n_local
 
@@ -305,13 +280,7 @@ def info_nce(
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
-    # q = a/(‖a‖τ): normalisation and the 1/τ scaling in one (N, D) pass; 1/τ stays in the autograd
-    # graph here (O(N·D)), so a learnable temperature gets its gradient on every path.
-    a = anchor.to(dtype)
-    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
-    k = positive.to(dtype)
-    if normalize:
-        k = tiled.normalize_scale(k)
+    a, q, k = scaled_pair(anchor, positive, dtype, inv_t, normalize)  # q = a/(‖a‖τ), k = p/‖p‖
     pos = (q * k).sum(dim=1)  # (n,) positive logits (in-batch: entry (i, offset + i) of the logit matrix)
     n = q.shape[0]
 
@@ -456,18 +425,12 @@ class InfoNCELoss(nn.Module):
         gather: bool = False,
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
+        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
+            temperature, normalize, reduction, gather
+        )
         self.variant = check_choice("variant", variant, VARIANTS)
-        check_bool("symmetric", symmetric)
-        check_bool("normalize", normalize)
-        self.symmetric = symmetric
-        self.normalize = normalize
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.symmetric = check_bool("symmetric", symmetric)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        check_bool("gather", gather)
-        self.gather = gather
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`info_nce` for shapes."""
@@ -486,5 +449,5 @@ class InfoNCELoss(nn.Module):
 
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        t = temperature_repr(self.temperature)
         return f"temperature={t}, variant={self.variant!r}, symmetric={self.symmetric}, normalize={self.normalize}"

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float
 from contrastlab.losses._common import REDUCTIONS, TemperatureLike, device_of
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.info_nce import VARIANTS, info_nce
 from contrastlab.worlds.restricted import Concentration, sample_restricted_positive, sample_uniform_slice
 
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 
+@shared_docs
 def support_corrected_info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -67,10 +69,10 @@ def support_corrected_info_nce(
         anchor: embeddings h(z_i). Shape ``(N, D)``.
         positive: embeddings h(z̃_i) of the positives. Shape ``(N, D)``.
         negatives: embeddings of the support negatives of each anchor. Shape ``(N, M, D)``.
-        temperature: τ.
+        temperature: {temperature}
         variant: "infonce" (positive in the denominator, eq. 8) or "dcl".
-        normalize: L2-normalise embeddings first (the paper's h maps to the sphere).
-        reduction: "mean", "sum" or "none".
+        normalize: {normalize} The paper's h maps to the sphere.
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``).
         gather: under torch.distributed, this rank's share of the loss over every rank's anchors (the
             per-anchor negatives involve no other rank), as :func:`info_nce` with ``gather=True``.
 

@@ -100,24 +100,22 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import check_bool, check_choice, check_positive_float
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_negatives,
+    check_pair,
+    check_temperature,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_inverse_temperature,
+    resolve_loss_options,
+    temperature_repr,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
@@ -175,27 +173,7 @@ class WEINCEStats(NamedTuple):
     beta_global_r2: float | None
 
 
-def _validate_inputs(z_a: Tensor, z_b: Tensor, negatives: Tensor | None) -> int:
-    """This rank's input checks; returns its number of pairs N."""
-    check_embeddings("z_a", z_a, ndim=2)
-    check_embeddings("z_b", z_b, ndim=2)
-    if z_b.shape != z_a.shape:
-        raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
-    n, d = z_a.shape
-    if negatives is not None:
-        if not isinstance(negatives, Tensor):
-            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
-        if negatives.ndim not in (2, 3):
-            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
-        check_embeddings("negatives", negatives, ndim=negatives.ndim)
-        if negatives.shape[-1] != d:
-            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
-        if negatives.ndim == 3 and negatives.shape[0] != n:
-            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
-    check_same_device(z_a=z_a, z_b=z_b, negatives=negatives)
-    return n
-
-
+@shared_docs
 def weince(
     z_a: Tensor,
     z_b: Tensor,
@@ -224,12 +202,12 @@ def weince(
     """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
 
     Args:
-        z_a: first view's embeddings (anchors). Shape ``(N, D)``.
-        z_b: second view's embeddings, row i the partner of ``z_a[i]``. Shape ``(N, D)``.
+        z_a: {z_a} The anchors.
+        z_b: {z_b}
         negatives: ``None`` — SimCLR's 2N views (each view against the other 2N − 2, both directions,
             as NT-Xent); ``(M, D)`` — every anchor ``z_a[i]`` against its positive ``z_b[i]`` and the M
             shared negatives; ``(N, K, D)`` — against K negatives of its own. Rows are L2-normalised.
-        temperature: τ > 0 of the softmax logit s/τ (float, 0-d tensor or ``LearnableTemperature``).
+        temperature: {temperature} It divides the softmax logit s/τ.
         beta_mode: β_i of the Weibit logit: ``"per_anchor"`` (β̂_i, the paper's text), ``"one"`` (the
             official code) or ``"global_ema"`` (the code's batch-level EMA β_t).
         q: quantile of the cap-proximity pivot ρ_0.
@@ -247,16 +225,14 @@ def weince(
         aux_weight: the weight of each auxiliary term (≥ 0).
         global_beta: configuration of the global β_t (``beta_mode="global_ema"`` and the top-M term).
         beta_ema: β_{t−1}, the global EMA state; ``None`` starts from ``global_beta.init``. Not modified.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses: ``(2N,)`` with the views of
+        reduction: {reductions} (per-anchor losses: ``(2N,)`` with the views of
             ``z_a`` first, or ``(N,)`` with explicit negatives).
         return_stats: also return :class:`WEINCEStats` (λ_i, β_i, ΔAIC_i, ..., the new β_t).
         gather: under torch.distributed, the single-process WEINCE of the global batch from this
             rank's rows: candidates gathered from every rank, every batch statistic over the global
-            candidate set; the result is this rank's share of the global loss
-            (:func:`contrastlab.distributed.share`). ``stats.tail`` and ``stats.beta`` then hold this
+            candidate set. {gather_share} ``stats.tail`` and ``stats.beta`` then hold this
             rank's anchors, ``rho0`` the global pivot and ``beta_ema`` the new global β_t (the same
-            on every rank). N ≥ 2 is required of the global batch; an invalid input on any rank
-            raises on every rank. In one process the gather does nothing.
+            on every rank). N ≥ 2 is required of the global batch.
         chunk_size: SimCLR's views (``negatives=None``) are computed in blocks of ``chunk_size`` anchors
             against all 2N views (memory O(N·D + N·chunk_size), never the 2N × 2N matrix; the same
             numbers as one block). ``None`` chooses: one fused block while the 2N × 2N matrix fits
@@ -265,10 +241,8 @@ def weince(
             negatives are computed densely (their N × M or N × K logits).
         compiled: ``True``: SimCLR's views take the streamed kernel with each block's element-wise work
             done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince.compiled`)
-            instead of the eager passes, the reference and the default (``False``); ``"auto"``: the
-            streamed kernel, compiled only if that measured faster on the first block of anchors, once
-            per process and shape (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call
-            of each dtype pays the compile; the same numbers to rounding. Explicit negatives ignore it.
+            instead of the eager passes, the reference and the default (``False``); {compiled_auto}
+            ``"auto"`` takes the streamed kernel either way. Explicit negatives ignore ``compiled``.
 
     Returns:
         The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
@@ -416,14 +390,14 @@ def weince_with(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local = _validate_inputs(z_a, z_b, negatives)
-        check_choice("reduction", reduction, REDUCTIONS)
+        n_local, _ = check_pair("z_a", z_a, "z_b", z_b)
+        check_negatives(negatives, "z_a", z_a)
+        inputs = (z_a, z_b, *(() if negatives is None else (negatives,)))
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs)
         check_bool("return_stats", return_stats)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["beta_prev"] = _beta_prev(beta_ema, options.global_beta)
-        checked["dtype"] = dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, z_a.device)
         return n_local
 
     n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
@@ -813,9 +787,7 @@ class WEINCELoss(nn.Module):
         compiled: bool | str = False,
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
         self.options = WEINCEOptions(
             beta_mode=beta_mode,
             q=q,
@@ -859,6 +831,6 @@ class WEINCELoss(nn.Module):
 
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        t = temperature_repr(self.temperature)
         chunk = "" if self.chunk_size is None else f", chunk_size={self.chunk_size}"
         return f"temperature={t}, options={self.options}{chunk}"
