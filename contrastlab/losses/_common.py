@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Any, ClassVar
+
 import torch
 from torch import Tensor, nn
 
@@ -22,6 +25,7 @@ __all__ = [
     "TemperatureLike",
     "resolve_inverse_temperature",
     "REDUCTIONS",
+    "LossModule",
     "check_finite_loss",
     "check_loss_options",
     "check_negatives",
@@ -235,6 +239,39 @@ def check_finite_loss(loss: Tensor, hint: str, *, gather: bool = False) -> Tenso
 
     cd.agree(check, gather=gather, device=loss.device)
     return loss
+
+
+class LossModule(nn.Module):
+    """A loss's thin module: ``__init__`` checks the hyperparameters, ``forward`` passes them to the function.
+
+    A subclass's ``__init__`` stores every argument it takes as the attribute of the same name (the
+    common four through this class's ``__init__``); :meth:`hyperparameters` reads them back by the names
+    of that signature, so ``forward`` is the loss function of its inputs and ``**self.hyperparameters()``.
+    A ``LearnableTemperature`` given as ``temperature`` is a submodule, trained with the model's parameters
+    when the loss's are given to the optimiser.
+    """
+
+    _arguments: ClassVar[tuple[str, ...]] = ()
+    """The names of the arguments of the subclass's ``__init__``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._arguments = tuple(inspect.signature(cls).parameters)
+
+    def __init__(self, temperature: object, normalize: object, reduction: object, gather: object = False) -> None:
+        super().__init__()
+        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
+            temperature, normalize, reduction, gather
+        )
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """``{name: value}`` of every argument of the subclass's ``__init__``, as stored at construction."""
+        return {name: getattr(self, name) for name in self._arguments}
+
+    def extra_repr(self) -> str:
+        """The hyperparameters shown in ``repr`` (a module temperature as ``learnable``)."""
+        shown = {**self.hyperparameters(), "temperature": temperature_repr(self.temperature)}
+        return ", ".join(f"{k}={v}" if k == "temperature" else f"{k}={v!r}" for k, v in shown.items())
 
 
 def device_of(x: object) -> torch.device | None:

@@ -50,23 +50,23 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_real
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
+    check_negatives,
+    check_pair,
     device_of,
     gather_rows,
     resolve_loss_options,
     scaled_pair,
-    temperature_repr,
 )
 from contrastlab.losses._docs import shared_docs
-from contrastlab.losses.info_nce import _validate
 
 __all__ = ["debiased_info_nce", "DebiasedInfoNCELoss", "check_tau_plus", "check_beta"]
 
@@ -134,9 +134,7 @@ def _scaled(q: Tensor, c: float) -> Tensor:
 
 def _row_lse(q: Tensor, k: Tensor, block: int | None, offset: int) -> Tensor:
     """Row LSE of ``q kᵀ`` without the entries ``(i, offset + i)``, dense (logits kept) or tiled."""
-    if block is None:
-        return tiled.dense_row_lse(q, k, exclude_diagonal=True, col_offset=offset)
-    return tiled.tiled_lse(q, k, block=block, exclude_diagonal=True, col_offset=offset)
+    return tiled.row_lse(q, k, block, exclude_diagonal=True, col_offset=offset)
 
 
 def debiased_estimate(
@@ -162,7 +160,8 @@ def debiased_estimate(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        _validate(anchor, positive, negatives, "infonce", False)
+        check_pair("anchor", anchor, "positive", positive)
+        check_negatives(negatives, "anchor", anchor)
         check_bool("simclr", simclr)
         if simclr and negatives is not None:
             raise ValueError("simclr=True contrasts the 2N views in the batch: negatives must be None")
@@ -227,13 +226,7 @@ def debiased_estimate(
 
         def sweep(c: float) -> Tensor:
             qc = _scaled(q, c)
-            if negs.ndim == 3:
-                if block is None:
-                    return torch.logsumexp(torch.bmm(negs, qc.unsqueeze(2)).squeeze(2), dim=1)  # (N, K) → (N,)
-                return tiled.tiled_per_anchor_lse(qc, negs, block=block)
-            if block is None:
-                return tiled.dense_row_lse(qc, negs)
-            return tiled.tiled_lse(qc, negs, block=block)
+            return tiled.per_anchor_lse(qc, negs, block) if negs.ndim == 3 else tiled.row_lse(qc, negs, block)
 
     lse_hard = sweep(scales[0])
     lse_weight = sweep(scales[1]) if len(scales) == 2 else None
@@ -307,7 +300,7 @@ def debiased_info_nce(
     )
 
 
-class DebiasedInfoNCELoss(nn.Module):
+class DebiasedInfoNCELoss(LossModule):
     """Module form of :func:`debiased_info_nce`; hyperparameters are validated at construction.
 
     The attribute ``beta`` (0 here) is the hard-negative concentration that
@@ -329,10 +322,7 @@ class DebiasedInfoNCELoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.tau_plus = check_tau_plus(tau_plus)
         self.simclr = check_bool("simclr", simclr)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
@@ -340,21 +330,4 @@ class DebiasedInfoNCELoss(nn.Module):
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`debiased_info_nce` for shapes."""
-        return debiased_estimate(
-            anchor,
-            positive,
-            negatives,
-            temperature=self.temperature,
-            tau_plus=self.tau_plus,
-            beta=self.beta,
-            simclr=self.simclr,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        t = temperature_repr(self.temperature)
-        return f"temperature={t}, tau_plus={self.tau_plus}, simclr={self.simclr}, normalize={self.normalize}"
+        return debiased_estimate(anchor, positive, negatives, **(self.hyperparameters() | {"beta": self.beta}))

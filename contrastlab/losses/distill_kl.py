@@ -17,11 +17,11 @@ is accepted for a uniform signature and changes nothing.
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_positive_float
-from contrastlab.losses._common import TemperatureLike, check_finite_loss, check_loss_options
+from contrastlab.losses._common import LossModule, TemperatureLike, check_finite_loss
 from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.margin_mse import check_teacher_scores, student_scores
 
@@ -89,7 +89,7 @@ def distill_kl(
 
 
 @shared_docs
-class DistillKLLoss(nn.Module):
+class DistillKLLoss(LossModule):
     """:func:`distill_kl` with its hyperparameters checked at construction.
 
     Args:
@@ -108,18 +108,11 @@ class DistillKLLoss(nn.Module):
         reduction: str = "mean",
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.teacher_temperature = (
             None if teacher_temperature is None else check_positive_float("teacher_temperature", teacher_temperature)
         )
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor, teacher_scores: Tensor) -> Tensor:
         """The loss of :func:`distill_kl`; shapes as there."""
-        return distill_kl(
-            anchor, positive, negatives, teacher_scores, temperature=self.temperature,
-            teacher_temperature=self.teacher_temperature, normalize=self.normalize, reduction=self.reduction,
-            gather=self.gather,
-        )  # fmt: skip
+        return distill_kl(anchor, positive, negatives, teacher_scores, **self.hyperparameters())

@@ -113,7 +113,3 @@ class HardNegativeInfoNCELoss(DebiasedInfoNCELoss):
     ) -> None:
         super().__init__(temperature, tau_plus, simclr, normalize, reduction, chunk_size, gather)
         self.beta = check_beta(beta)
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        return f"{super().extra_repr()}, beta={self.beta}"

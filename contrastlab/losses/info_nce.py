@@ -25,22 +25,21 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import all_finite, check_bool, check_choice, check_same_device
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
     check_negatives,
     check_pair,
     device_of,
     gather_rows,
     resolve_loss_options,
     scaled_pair,
-    temperature_repr,
 )
 from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled
@@ -150,9 +149,7 @@ def _weighted_lse(
     q: Tensor, k: Tensor, bias: Tensor, diagonal: Tensor | None, offset: int, block: int | None, keep: bool
 ) -> Tensor:
     """Row LSE of ``q kᵀ + bias`` on the dense (streamed unless ``keep``) or the tiled kernel."""
-    if block is None:
-        return tiled.dense_row_lse(q, k, diagonal=diagonal, col_offset=offset, grad_ahead=not keep, bias=bias)
-    return tiled.tiled_lse(q, k, block=block, diagonal=diagonal, col_offset=offset, bias=bias)
+    return tiled.row_lse(q, k, block, diagonal=diagonal, col_offset=offset, grad_ahead=not keep, bias=bias)
 
 
 @shared_docs
@@ -349,20 +346,12 @@ def info_nce(
             kt = k * inv_t  # the positives as anchors, scaled by 1/τ
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
-            both: list[Tensor] = []
-            for rows, cands in ((q, k_all), (kt, a_all)):
-                if block is None:
-                    both.append(
-                        tiled.dense_row_lse(
-                            rows, cands, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
-                        )
-                    )
-                else:
-                    both.append(
-                        tiled.tiled_lse(
-                            rows, cands, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset
-                        )
-                    )
+            both = [
+                tiled.row_lse(
+                    rows, cands, block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
+                )
+                for rows, cands in ((q, k_all), (kt, a_all))
+            ]
             loss = 0.5 * (both[0] + both[1]) - pos
     else:
         negs = negatives.to(dtype)
@@ -385,28 +374,17 @@ def info_nce(
             # InfoNCE's logaddexp with the positive weights the rows' LSE unequally ("none"); DCL does not.
             keep = tiled.keeps_logits("none" if variant == "infonce" else reduction, q, negs)
             block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk, budget, keeps_logits=keep)
-            if block is None:
-                neg_lse = tiled.dense_row_lse(q, negs, grad_ahead=not keep)  # (N,) over the (N, M) logits
-            else:
-                neg_lse = tiled.tiled_lse(q, negs, block=block)
+            neg_lse = tiled.row_lse(q, negs, block, grad_ahead=not keep)  # (N,) over the (N, M) logits
         else:
-            block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk, budget)
-            if block is None:
-                neg = torch.bmm(negs, q.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
-                neg_lse = torch.logsumexp(neg, dim=1)
-            else:
-                neg_lse = tiled.tiled_per_anchor_lse(q, negs, block=block)
+            neg_lse = tiled.per_anchor_lse(q, negs, tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk, budget))
         loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
 
     out = cd.share(loss, reduction, n_global, gather=gather)
     return check_finite_loss(out, "anchor/positive/negatives", gather=gather)
 
 
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(LossModule):
     """Module form of :func:`info_nce`; hyperparameters are validated at construction.
-
-    A ``LearnableTemperature`` passed as ``temperature`` is registered as a submodule, so its
-    parameter is trained with the model's when the loss's parameters are given to the optimiser.
 
     Examples:
         >>> loss_fn = InfoNCELoss(temperature=0.2, variant="dcl")
@@ -424,30 +402,11 @@ class InfoNCELoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.variant = check_choice("variant", variant, VARIANTS)
         self.symmetric = check_bool("symmetric", symmetric)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`info_nce` for shapes."""
-        return info_nce(
-            anchor,
-            positive,
-            negatives,
-            temperature=self.temperature,
-            variant=self.variant,
-            symmetric=self.symmetric,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        t = temperature_repr(self.temperature)
-        return f"temperature={t}, variant={self.variant!r}, symmetric={self.symmetric}, normalize={self.normalize}"
+        return info_nce(anchor, positive, negatives, **self.hyperparameters())

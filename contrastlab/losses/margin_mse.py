@@ -20,14 +20,14 @@ the mean of the ranks' means is the global mean of equal shards).
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import all_finite, check_bool, check_embeddings, check_same_device
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
     check_pair,
     l2_normalize,
     resolve_loss_options,
@@ -158,7 +158,7 @@ def margin_mse(
 
 
 @shared_docs
-class MarginMSELoss(nn.Module):
+class MarginMSELoss(LossModule):
     """:func:`margin_mse` with its hyperparameters checked at construction.
 
     Args:
@@ -171,14 +171,8 @@ class MarginMSELoss(nn.Module):
     def __init__(
         self, temperature: TemperatureLike = 1.0, normalize: bool = False, reduction: str = "mean", gather: bool = False
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor, teacher_scores: Tensor) -> Tensor:
         """The loss of :func:`margin_mse`; shapes as there."""
-        return margin_mse(
-            anchor, positive, negatives, teacher_scores, temperature=self.temperature, normalize=self.normalize,
-            reduction=self.reduction, gather=self.gather,
-        )  # fmt: skip
+        return margin_mse(anchor, positive, negatives, teacher_scores, **self.hyperparameters())

@@ -16,15 +16,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
     check_pair,
     device_of,
     gather_rows,
@@ -108,17 +108,15 @@ def nt_xent(
         row_sets = [(torch.cat([qa, qb]), 0)]
     else:
         row_sets = [(qa, offset), (qb, n_global + offset)]
-    lse = []
-    for rows, self_col in row_sets:
-        if block is None:
-            lse.append(tiled.dense_row_lse(rows, cand, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep))
-        else:
-            lse.append(tiled.tiled_lse(rows, cand, block=block, exclude_diagonal=True, col_offset=self_col))
+    lse = [
+        tiled.row_lse(rows, cand, block, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep)
+        for rows, self_col in row_sets
+    ]
     loss = torch.cat(lse) - torch.cat([pos, pos])
     return check_finite_loss(cd.share(loss, reduction, 2 * n_global, gather=gather), "z_a/z_b", gather=gather)
 
 
-class NTXentLoss(nn.Module):
+class NTXentLoss(LossModule):
     """Module form of :func:`nt_xent`; hyperparameters are validated at construction."""
 
     def __init__(
@@ -129,20 +127,9 @@ class NTXentLoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""
-        return nt_xent(
-            z_a,
-            z_b,
-            temperature=self.temperature,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
+        return nt_xent(z_a, z_b, **self.hyperparameters())

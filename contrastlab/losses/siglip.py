@@ -31,12 +31,12 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from contrastlab import distributed
-from contrastlab._checks import check_bool, check_choice, check_positive_float
+from contrastlab._checks import check_bool, check_positive_float
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
     check_pair,
     device_of,
     gather_rows,
@@ -214,21 +214,15 @@ def _compiled_is_faster(q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: i
         acc = q.new_empty(r, 2 * -(-m // _SLICES))
         loss_block, loss_grad_block = compiled_blocks()
 
-        def done() -> None:
-            if work.is_cuda:
-                torch.cuda.synchronize(work.device)
-
         def eager() -> None:
             _eager_block(work.copy_(block), pos, qr, kd, b, offset, grad, row, acc)
-            done()
 
         def compiled() -> None:
             (loss_grad_block if grad else loss_block)(work.copy_(block))
-            done()
 
         return eager, compiled
 
-    return measured_choice(key, make)
+    return measured_choice(key, make, device=q.device)
 
 
 class _SigmoidPairs(torch.autograd.Function):
@@ -413,21 +407,14 @@ class SigLIPLoss(nn.Module):
         compiled: bool | str = False,
     ) -> None:
         super().__init__()
-        check_positive_float("temperature", temperature)
+        temperature = check_positive_float("temperature", temperature)
         if isinstance(bias, Tensor):
             raise TypeError("bias must be a real number (the initial value), got a Tensor")
         _check_bias(bias, torch.float64, torch.device("cpu"))
-        check_bool("learnable", learnable)
-        check_bool("normalize", normalize)
-        check_choice("reduction", reduction, REDUCTIONS)
-        tiled.check_chunk_size(chunk_size)
-        check_bool("gather", gather)
+        self.learnable = check_bool("learnable", learnable)
+        _, self.normalize, self.reduction, self.gather = check_loss_options(temperature, normalize, reduction, gather)
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
         self.compiled = check_compiled(compiled)
-        self.learnable = learnable
-        self.normalize = normalize
-        self.reduction = reduction
-        self.chunk_size = chunk_size
-        self.gather = gather
         self.temperature: nn.Module | float
         self.bias: nn.Parameter | float
         if learnable:

@@ -13,14 +13,14 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_embeddings, check_labels, check_same_device
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
     device_of,
     gather_rows,
     l2_normalize,
@@ -99,24 +99,14 @@ def supcon(
     return check_finite_loss(out, "embeddings", gather=gather)
 
 
-class SupConLoss(nn.Module):
+class SupConLoss(LossModule):
     """Module form of :func:`supcon`; hyperparameters are validated at construction."""
 
     def __init__(
         self, temperature: TemperatureLike = 0.1, normalize: bool = True, reduction: str = "mean", gather: bool = False
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Compute the loss; see :func:`supcon` for shapes."""
-        return supcon(
-            embeddings,
-            labels,
-            temperature=self.temperature,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            gather=self.gather,
-        )
+        return supcon(embeddings, labels, **self.hyperparameters())

@@ -540,7 +540,7 @@ def _simclr_fused(call: _Call) -> _Parts:
             s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
             excl = (self_cols[crowded], pos_index[crowded])
             top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
-    tail = _anchor_tail_stats(top, q=o.q, kappa_rho=o.kappa_rho, kappa_aic=o.kappa_aic, margin=o.margin, eps=o.eps)
+    tail = _anchor_tail_stats(top, o)
     beta_t = _global_beta(call, estimate) if need_global else None
     lam, beta, lam_beta = _lam_beta(call, tail, beta_t)
     if not _any_nonzero(lam):  # λ ≡ 0: NT-Xent; its kernel (same numbers)
@@ -593,7 +593,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
     local = views if not gathered else torch.cat([views[offset : offset + n], views[big_n + offset :][:n]])
     k_neg = 2 * big_n - 2
     total = 2 * call.n_global * k_neg  # negatives of the global batch
-    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    need_global = o.needs_global_beta
     gb = o.global_beta
     pool_k = min(int(max(gb.min_tail, gb.tail_frac * total)), total) if need_global else 0
     top_m = min(o.aux_top_m, k_neg)
@@ -616,17 +616,8 @@ def _simclr_streamed(call: _Call) -> _Parts:
         pool_k=pool_k,
         top_m=top_m,
     )
-    tail = _tail_gates(
-        st.fits,
-        k_tail,
-        device,
-        q=o.q,
-        kappa_rho=o.kappa_rho,
-        kappa_aic=o.kappa_aic,
-        margin=o.margin,
-        eps=o.eps,
-        rho_pool=cd.gather_no_grad if gathered else None,  # the pivot ρ_0 over every rank's anchors
-    )
+    rho_pool = cd.gather_no_grad if gathered else None  # the pivot ρ_0 over every rank's anchors
+    tail = _tail_gates(st.fits, k_tail, device, o, rho_pool)
     estimate: tuple[float, float] | None = None
     beta_t: float | None = None
     if need_global:
@@ -651,11 +642,19 @@ def _simclr_streamed(call: _Call) -> _Parts:
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
-        p_logits = gather_dot(local * inv_t, views, idx, rows=rows)
-        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
-        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
-        loss = loss + o.aux_weight * aux
+        loss = loss + _aux_terms(gather_dot(local * inv_t, views, idx, rows=rows), beta_t, inv_t, o)
     return _Parts(loss, reduced, tail, beta, beta_t, estimate)
+
+
+def _aux_terms(p_logits: Tensor, beta_t: float, inv_t: Tensor | float, o: WEINCEOptions) -> Tensor:
+    """The reproduction scripts' ``aux_weight·(L_Weibit-topM + L_PL-topM)`` per row.
+
+    ``p_logits`` ``(R, 1 + M)`` are the logits s/τ of [positive | the M hardest negatives]; the Weibit
+    term's logits are −β_t log(1 − s) of the same entries. Returns ``(R,)``.
+    """
+    w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
+    aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+    return o.aux_weight * aux
 
 
 def _refinement(call: _Call, crowded: Tensor, views64: Callable[[], Tensor], n: int) -> Refinement | None:
@@ -707,16 +706,9 @@ def _explicit_negatives(call: _Call, negatives: Tensor) -> _Parts:
             else:
                 neg64 = torch.bmm(n64[crowded], a64.unsqueeze(2)).squeeze(2)  # (r, K)
             top = _refine_rows(top, crowded, _top_values(neg64, k_tail, inplace=True))
-    tail = _anchor_tail_stats(
-        top,
-        q=o.q,
-        kappa_rho=o.kappa_rho,
-        kappa_aic=o.kappa_aic,
-        margin=o.margin,
-        eps=o.eps,
-        rho_pool=cd.gather_no_grad if call.gathered else None,  # the pivot ρ_0 over every rank's anchors
-    )
-    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    rho_pool = cd.gather_no_grad if call.gathered else None  # the pivot ρ_0 over every rank's anchors
+    tail = _anchor_tail_stats(top, o, rho_pool)
+    need_global = o.needs_global_beta
     beta_t: float | None = None
     estimate: tuple[float, float] | None = None
     neg_only: Tensor | None = None
@@ -744,9 +736,7 @@ def _explicit_negatives(call: _Call, negatives: Tensor) -> _Parts:
         m = min(o.aux_top_m, k_neg)
         top_idx = torch.topk(neg_only, k=m, dim=1).indices  # (R, M) hardest negatives
         p_logits = torch.cat([logits_pl.gather(1, pos_index.unsqueeze(1)), logits_pl.gather(1, top_idx)], dim=1)
-        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)  # (R, 1 + M): [positive | M hardest]
-        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
-        loss = loss + o.aux_weight * aux
+        loss = loss + _aux_terms(p_logits, beta_t, inv_t, o)
     return _Parts(loss, reduced, tail, beta, beta_t, estimate)
 
 

@@ -85,6 +85,11 @@ class WEINCEOptions:
     global_beta: GlobalBetaConfig = field(default_factory=GlobalBetaConfig)
     """configuration of the global β_t (beta_mode="global_ema" and the top-M terms)"""
 
+    @property
+    def needs_global_beta(self) -> bool:
+        """Whether the global β_t (and its EMA state) is needed: ``beta_mode="global_ema"`` or ``aux_top_m > 0``."""
+        return self.beta_mode == "global_ema" or self.aux_top_m > 0
+
     def __post_init__(self) -> None:
         check_choice("beta_mode", self.beta_mode, BETA_MODES)
         if not 0.0 <= check_positive_float("q", self.q, allow_zero=True) <= 1.0:

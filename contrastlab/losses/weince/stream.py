@@ -34,6 +34,7 @@ float64 cosines in both sweeps, as in the dense kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
@@ -421,19 +422,10 @@ def compiled_is_faster(
     key = ("weince", q.device.type, q.dtype, r, max(1, c - 1).bit_length(), want_grad)
 
     def make() -> tuple[Callable[[], object], Callable[[], object]]:
-        qd, kd = q[:r].detach(), k.detach()
+        args = (q[:r].detach(), k.detach(), pos_index, self_cols, co, refine, rows)
+        return partial(_sweep, *args, want_grad=want_grad), partial(_sweep_compiled, *args, want_grad=want_grad)
 
-        def run(sweep: Callable[..., _Sweep]) -> Callable[[], object]:
-            def call() -> None:
-                sweep(qd, kd, pos_index, self_cols, co, refine, rows, want_grad=want_grad)
-                if qd.is_cuda:
-                    torch.cuda.synchronize(qd.device)
-
-            return call
-
-        return run(_sweep), run(_sweep_compiled)
-
-    return measured_choice(key, make)
+    return measured_choice(key, make, device=q.device)
 
 
 class _WeinceStream(torch.autograd.Function):
