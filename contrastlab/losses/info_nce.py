@@ -315,18 +315,17 @@ def info_nce(
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep, like=k_all)
             stripe = None if block is None or keep else tiled.stripe_rows(block, k_all.shape[0])
-            if block is None or stripe is not None:  # dense, or tiles as full-width stripes of one tile each
-                lse = tiled.dense_row_lse(
-                    q,
-                    k_all,
-                    exclude_diagonal=exclude,
-                    diagonal=pos,
-                    col_offset=offset,
-                    grad_ahead=not keep,
-                    rows=stripe,
-                )
-            else:
-                lse = tiled.tiled_lse(q, k_all, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset)
+            # tiled, or dense: also for tiles that are full-width stripes (the dense path's blocks of rows)
+            lse = tiled.row_lse(
+                q,
+                k_all,
+                block if stripe is None else None,
+                exclude_diagonal=exclude,
+                diagonal=pos,
+                col_offset=offset,
+                grad_ahead=not keep,
+                rows=stripe,
+            )
             loss = lse - pos
         elif k_all.shape[0] == n:  # every row is local: both directions are the rows and columns of one matrix
             block = tiled.plan_chunk_size(n, n, itemsize, chunk, budget)

@@ -62,8 +62,8 @@ def nt_xent(
             {tiled_int}.
         gather: under torch.distributed, every rank's views are candidates: the global arrangement is
             ``[Z_a (N rows, rank order); Z_b (N rows)]``, local view-a row i sits at ``offset + i`` and
-            its partner at ``N + offset + i``. {gather_share} ``"none"`` gives this rank's
-            ``(2n,)`` losses, view-a rows first.
+            its partner at ``N + offset + i``. {gather_share} ``"none"`` gives this rank's ``(2n,)``
+            losses, view-a rows first.
 
     Returns:
         The loss (float32, or float64 for float64 inputs).

@@ -807,21 +807,22 @@ def row_lse(
     col_offset: int = 0,
     grad_ahead: bool = False,
     bias: Tensor | None = None,
+    rows: int | None = None,
 ) -> Tensor:
     """Row log-sum-exp of ``Q Kᵀ`` (plus ``bias``) on the path a planner chose (:func:`plan_chunk_size`).
 
-    :func:`dense_row_lse` when ``block`` is None (``grad_ahead`` is its), else :func:`tiled_lse` with tiles
-    of side ``block``; the other arguments as theirs. Shapes: q ``(N, D)``, k ``(M, D)``; returns ``(N,)``.
+    :func:`dense_row_lse` when ``block`` is None (``grad_ahead`` and ``rows`` are its), else
+    :func:`tiled_lse` with tiles of side ``block``; the other arguments as theirs. Shapes: q ``(N, D)``,
+    k ``(M, D)``; returns ``(N,)``.
     """
-    where: dict[str, Any] = {
-        "exclude_diagonal": exclude_diagonal,
-        "diagonal": diagonal,
-        "col_offset": col_offset,
-        "bias": bias,
-    }
     if block is None:
-        return dense_row_lse(q, k, grad_ahead=grad_ahead, **where)
-    return tiled_lse(q, k, block=block, **where)
+        return dense_row_lse(
+            q, k, exclude_diagonal=exclude_diagonal, diagonal=diagonal, col_offset=col_offset, grad_ahead=grad_ahead,
+            bias=bias, rows=rows,
+        )  # fmt: skip
+    return tiled_lse(
+        q, k, block=block, exclude_diagonal=exclude_diagonal, diagonal=diagonal, col_offset=col_offset, bias=bias
+    )
 
 
 def per_anchor_lse(q: Tensor, negs: Tensor, block: int | None) -> Tensor:
