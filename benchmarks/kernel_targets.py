@@ -39,7 +39,7 @@ import _common as C  # noqa: E402
 import siglip_speed  # noqa: E402
 
 from contrastlab.losses import info_nce, nt_xent, tiled, weince  # noqa: E402
-from contrastlab.losses.weince_stream import block_anchors  # noqa: E402
+from contrastlab.losses.weince.stream import block_anchors  # noqa: E402
 
 TEMPERATURE = C.TEMPERATURE
 PART1 = (

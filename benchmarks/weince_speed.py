@@ -2,7 +2,7 @@
 
 Targets, forward + backward: at 2N = 512 WEINCE ≤ 1.25× NT-Xent (the paper reports 2.11 vs 0.65 ms,
 3.2×, on an L40S); at 2N = 4,096 ≤ 1.3× streamed NT-Xent (``--sizes 512 4096`` gives both ratios in one
-run). From 2N = 1,450 in float32 WEINCE streams blocks of anchors (``contrastlab.losses.weince_stream``);
+run). From 2N = 1,450 in float32 WEINCE streams blocks of anchors (``contrastlab.losses.weince.stream``);
 the row ``streamed`` forces those blocks at every size (at 2N = 512 the default is the fused one-block
 kernel), so that the two kernels can be compared where both apply. Times are medians over repeated forward(+backward) calls on the same inputs, interleaved in
 rounds so that every loss sees the same machine load; the *matmul limit* of the 2N × 2N problem (the
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as C  # noqa: E402
 
 from contrastlab.losses import nt_xent, weince  # noqa: E402
-from contrastlab.losses.weince_stream import block_anchors  # noqa: E402
+from contrastlab.losses.weince.stream import block_anchors  # noqa: E402
 
 
 def _time(fn: Callable[[], None], reps: int) -> tuple[list[float], list[float]]:

@@ -2,7 +2,7 @@
 
 SigLIP, masked InfoNCE and WEINCE's streamed kernel have an optional block pass compiled by
 ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`,
-:mod:`contrastlab.losses.masked_ratio_compiled`, :mod:`contrastlab.losses.weince_compiled`); the eager
+:mod:`contrastlab.losses.masked_ratio_compiled`, :mod:`contrastlab.losses.weince.compiled`); the eager
 passes are the reference and the default. Whether the compiled pass is faster depends on the machine
 (vector width, the cost of a transcendental against a pass over the last-level cache) and on the block's
 shape, so no constant table decides it. A caller that passes ``compiled="auto"`` asks for a measurement
@@ -19,6 +19,8 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Hashable, Sequence
+
+import torch
 
 __all__ = ["MARGIN", "check_compiled", "clear_choices", "compiled_is_faster", "measured_choice"]
 
@@ -62,6 +64,7 @@ def measured_choice(
     key: Hashable,
     make: Callable[[], tuple[Callable[[], object], Callable[[], object]]],
     *,
+    device: torch.device | None = None,
     repeats: int = 5,
     timer: Callable[[], float] = time.perf_counter,
 ) -> bool:
@@ -71,18 +74,25 @@ def measured_choice(
         key: what the choice is valid for (loss, device, dtype, shape bucket, ...).
         make: builds ``(eager, compiled)``, two functions each running one block pass on the same data;
             called only when ``key`` has not been measured in this process.
+        device: where they run; on a GPU each call is timed up to its end (the device synchronised).
         repeats: timed calls of each, alternating, after one untimed call of each.
         timer: the clock, in seconds (injectable for tests).
     """
     if key not in _CHOICES:
         eager, compiled = make()
-        eager()
-        compiled()  # compiles, untimed
+
+        def run(fn: Callable[[], object]) -> None:
+            fn()
+            if device is not None and device.type == "cuda":
+                torch.cuda.synchronize(device)
+
+        run(eager)
+        run(compiled)  # compiles, untimed
         times: tuple[list[float], list[float]] = ([], [])
         for _ in range(repeats):
             for fn, out in ((eager, times[0]), (compiled, times[1])):
                 t0 = timer()
-                fn()
+                run(fn)
                 out.append(timer() - t0)
         _CHOICES[key] = compiled_is_faster(*times)
     return _CHOICES[key]

@@ -50,20 +50,23 @@ import math
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_real
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
+    check_negatives,
+    check_pair,
     device_of,
     gather_rows,
     resolve_loss_options,
+    scaled_pair,
 )
-from contrastlab.losses.info_nce import _validate
+from contrastlab.losses._docs import shared_docs
 
 __all__ = ["debiased_info_nce", "DebiasedInfoNCELoss", "check_tau_plus", "check_beta"]
 
@@ -131,9 +134,7 @@ def _scaled(q: Tensor, c: float) -> Tensor:
 
 def _row_lse(q: Tensor, k: Tensor, block: int | None, offset: int) -> Tensor:
     """Row LSE of ``q kᵀ`` without the entries ``(i, offset + i)``, dense (logits kept) or tiled."""
-    if block is None:
-        return tiled.dense_row_lse(q, k, exclude_diagonal=True, col_offset=offset)
-    return tiled.tiled_lse(q, k, block=block, exclude_diagonal=True, col_offset=offset)
+    return tiled.row_lse(q, k, block, exclude_diagonal=True, col_offset=offset)
 
 
 def debiased_estimate(
@@ -159,12 +160,13 @@ def debiased_estimate(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        _validate(anchor, positive, negatives, "infonce", False)
+        check_pair("anchor", anchor, "positive", positive)
+        check_negatives(negatives, "anchor", anchor)
         check_bool("simclr", simclr)
         if simclr and negatives is not None:
             raise ValueError("simclr=True contrasts the 2N views in the batch: negatives must be None")
         inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, *inputs)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
         checked["tau_plus"] = check_tau_plus(tau_plus)
         checked["beta"] = check_beta(beta)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
@@ -180,12 +182,7 @@ def debiased_estimate(
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES // len(scales)  # one kept logit buffer per scale
 
-    # q = a/(‖a‖τ): 1/τ stays in the autograd graph (O(N·D)), so a learnable temperature gets its gradient.
-    a = anchor.to(dtype)
-    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
-    k = positive.to(dtype)
-    if normalize:
-        k = tiled.normalize_scale(k)
+    a, q, k = scaled_pair(anchor, positive, dtype, inv_t, normalize)  # q = a/(‖a‖τ), k = p/‖p‖
     pos = (q * k).sum(dim=1)  # (n,) the positive logits S_i⁺
     n = q.shape[0]
     # The estimator weights each row's sums unequally: with a backward the dense path keeps the logits.
@@ -229,13 +226,7 @@ def debiased_estimate(
 
         def sweep(c: float) -> Tensor:
             qc = _scaled(q, c)
-            if negs.ndim == 3:
-                if block is None:
-                    return torch.logsumexp(torch.bmm(negs, qc.unsqueeze(2)).squeeze(2), dim=1)  # (N, K) → (N,)
-                return tiled.tiled_per_anchor_lse(qc, negs, block=block)
-            if block is None:
-                return tiled.dense_row_lse(qc, negs)
-            return tiled.tiled_lse(qc, negs, block=block)
+            return tiled.per_anchor_lse(qc, negs, block) if negs.ndim == 3 else tiled.row_lse(qc, negs, block)
 
     lse_hard = sweep(scales[0])
     lse_weight = sweep(scales[1]) if len(scales) == 2 else None
@@ -245,6 +236,7 @@ def debiased_estimate(
     return check_finite_loss(cd.share(loss, reduction, rows_global, gather=gather), "anchor/positive", gather=gather)
 
 
+@shared_docs
 def debiased_info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -264,25 +256,19 @@ def debiased_info_nce(
     over the N negatives j of each anchor (module docstring: the layouts, the clamp's constant).
 
     Args:
-        anchor: anchor embeddings (with ``simclr=True``: the first views). Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i (the second views). Shape ``(N, D)``.
-        negatives: ``None`` for in-batch negatives (N − 1 per anchor, or 2N − 2 per view with
-            ``simclr=True``), shared ``(M, D)`` or per-anchor ``(N, K, D)`` negatives.
-        temperature: τ > 0 (float, 0-d tensor or ``LearnableTemperature``); the papers' code uses 0.5.
+        anchor: {simclr_anchor}
+        positive: {simclr_positive}
+        negatives: {simclr_negatives}
+        temperature: {temperature} The papers' code uses 0.5.
         tau_plus: τ⁺ in [0, 1), the prior probability that a drawn negative shares the anchor's class
             (0 gives InfoNCE with the same negatives; the papers use 0.01–0.1).
-        simclr: SimCLR's arrangement of the 2N views (``negatives`` must be None); the loss is over 2N
-            rows, ``reduction="none"`` giving ``(2N,)`` with the first views' rows first.
-        normalize: cosine similarity (``True``) or raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-row losses).
+        simclr: {simclr}
+        normalize: {normalize}
+        reduction: {reductions} (per-row losses).
         chunk_size: ``None`` chooses the dense path while its kept logits fit
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond; an int
-            forces the tiled kernel with that tile side. All paths give the same numbers.
-        gather: under torch.distributed, contrast this rank's anchors with every rank's candidates
-            (in-batch views and shared negatives, exact gradients); N is then the global count. The
-            result is this rank's share of the global loss (:func:`contrastlab.distributed.share`);
-            an invalid input on any rank raises the same error on every rank. In one process the gather
-            does nothing.
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond;
+            {tiled_int}. All paths give the same numbers.
+        gather: {gather_candidates} {gather_share}
 
     Returns:
         The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.
@@ -314,7 +300,7 @@ def debiased_info_nce(
     )
 
 
-class DebiasedInfoNCELoss(nn.Module):
+class DebiasedInfoNCELoss(LossModule):
     """Module form of :func:`debiased_info_nce`; hyperparameters are validated at construction.
 
     The attribute ``beta`` (0 here) is the hard-negative concentration that
@@ -336,10 +322,7 @@ class DebiasedInfoNCELoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.tau_plus = check_tau_plus(tau_plus)
         self.simclr = check_bool("simclr", simclr)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
@@ -347,21 +330,4 @@ class DebiasedInfoNCELoss(nn.Module):
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`debiased_info_nce` for shapes."""
-        return debiased_estimate(
-            anchor,
-            positive,
-            negatives,
-            temperature=self.temperature,
-            tau_plus=self.tau_plus,
-            beta=self.beta,
-            simclr=self.simclr,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
-        return f"temperature={t}, tau_plus={self.tau_plus}, simclr={self.simclr}, normalize={self.normalize}"
+        return debiased_estimate(anchor, positive, negatives, **(self.hyperparameters() | {"beta": self.beta}))

@@ -17,15 +17,18 @@ is accepted for a uniform signature and changes nothing.
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_positive_float
-from contrastlab.losses._common import TemperatureLike, check_finite_loss, check_loss_options
-from contrastlab.losses.margin_mse import _reduce, check_teacher_scores, student_scores
+from contrastlab.losses._common import LossModule, TemperatureLike, check_finite_loss
+from contrastlab.losses._docs import shared_docs
+from contrastlab.losses.margin_mse import check_teacher_scores, student_scores
 
 __all__ = ["distill_kl", "DistillKLLoss"]
 
 
+@shared_docs
 def distill_kl(
     anchor: Tensor,
     positive: Tensor,
@@ -44,15 +47,15 @@ def distill_kl(
     student's scores (cosine with ``normalize``), T the teacher's; 0·log 0 = 0.
 
     Args:
-        anchor: the queries' embeddings. Shape ``(N, D)``.
-        positive: their relevant documents' embeddings. Shape ``(N, D)``.
-        negatives: K documents per anchor. Shape ``(N, K, D)`` (or ``(N, D)`` for K = 1).
-        teacher_scores: the teacher's scores of each anchor's positive, then its negatives. Shape ``(N, 1 + K)``.
-        temperature: the student's τ > 0 (also the teacher's unless ``teacher_temperature``).
+        anchor: {query}
+        positive: {relevant}
+        negatives: {documents}
+        teacher_scores: {teacher_scores}
+        temperature: the student's τ: {temperature} Also the teacher's unless ``teacher_temperature``.
         teacher_temperature: τ_T > 0 of the teacher's softmax (None: τ).
-        normalize: score by cosine similarity instead of the dot product.
-        reduction: ``mean`` (over anchors: KL's ``batchmean``), ``sum`` or ``none`` (shape ``(N,)``).
-        gather: accepted for the registry's uniform signature; the loss has no cross-row term to gather.
+        normalize: {normalize}
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``); the mean is KL's ``batchmean``.
+        gather: {gather_none}
 
     Returns:
         The loss: a scalar, or ``(N,)`` for ``reduction="none"``.
@@ -82,18 +85,19 @@ def distill_kl(
     log_p = torch.log_softmax(t * inv_tt, dim=1)  # (N, 1 + K)
     p = log_p.exp()
     per_row = torch.where(p > 0, p * (log_p - log_q), torch.zeros_like(p)).sum(dim=1) / (inv_t * inv_t)  # τ² · KL, (N,)
-    return check_finite_loss(_reduce(per_row, reduction), "distill_kl")
+    return check_finite_loss(cd.share(per_row, reduction, per_row.shape[0], gather=False), "distill_kl")
 
 
-class DistillKLLoss(nn.Module):
+@shared_docs
+class DistillKLLoss(LossModule):
     """:func:`distill_kl` with its hyperparameters checked at construction.
 
     Args:
-        temperature: the student's τ > 0.
+        temperature: the student's τ: {temperature}
         teacher_temperature: the teacher's τ_T > 0 (None: τ).
-        normalize: cosine scores instead of the dot product.
-        reduction: ``mean``, ``sum`` or ``none``.
-        gather: accepted for a uniform signature; changes nothing.
+        normalize: {normalize}
+        reduction: {reductions}.
+        gather: {gather_none}
     """
 
     def __init__(
@@ -104,18 +108,11 @@ class DistillKLLoss(nn.Module):
         reduction: str = "mean",
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.teacher_temperature = (
             None if teacher_temperature is None else check_positive_float("teacher_temperature", teacher_temperature)
         )
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor, teacher_scores: Tensor) -> Tensor:
         """The loss of :func:`distill_kl`; shapes as there."""
-        return distill_kl(
-            anchor, positive, negatives, teacher_scores, temperature=self.temperature,
-            teacher_temperature=self.teacher_temperature, normalize=self.normalize, reduction=self.reduction,
-            gather=self.gather,
-        )  # fmt: skip
+        return distill_kl(anchor, positive, negatives, teacher_scores, **self.hyperparameters())

@@ -20,11 +20,13 @@ from __future__ import annotations
 from torch import Tensor
 
 from contrastlab.losses._common import TemperatureLike
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.debiased import DebiasedInfoNCELoss, check_beta, debiased_estimate
 
 __all__ = ["hard_negative_info_nce", "HardNegativeInfoNCELoss"]
 
 
+@shared_docs
 def hard_negative_info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -42,24 +44,20 @@ def hard_negative_info_nce(
     """Hard-negative-weighted debiased InfoNCE (Robinson et al. 2021, arXiv 2010.04592) with β and τ⁺.
 
     Args:
-        anchor: anchor embeddings (with ``simclr=True``: the first views). Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i (the second views). Shape ``(N, D)``.
-        negatives: ``None`` for in-batch negatives (N − 1 per anchor, or 2N − 2 per view with
-            ``simclr=True``), shared ``(M, D)`` or per-anchor ``(N, K, D)`` negatives.
-        temperature: τ > 0 (float, 0-d tensor or ``LearnableTemperature``); the paper's code uses 0.5.
+        anchor: {simclr_anchor}
+        positive: {simclr_positive}
+        negatives: {simclr_negatives}
+        temperature: {temperature} The paper's code uses 0.5.
         tau_plus: τ⁺ in [0, 1), the class prior of the debiasing (0: no debiasing; the paper's code
             defaults to 0.1).
         beta: β ≥ 0, the concentration of the negatives' weights e^{βS_ij} (0: every negative alike,
             the debiased loss; the paper's image code defaults to 1.0).
-        simclr: SimCLR's arrangement of the 2N views (``negatives`` must be None); ``(2N,)`` per-row
-            losses, first views first.
-        normalize: cosine similarity (``True``) or raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-row losses).
+        simclr: {simclr}
+        normalize: {normalize}
+        reduction: {reductions} (per-row losses).
         chunk_size: ``None``: dense while the kept logits of both sweeps fit
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled beyond; an int forces the
-            tiled kernel with that tile side.
-        gather: contrast this rank's anchors with every rank's candidates under torch.distributed
-            (exact gradients; this rank's share of the global loss); in one process it does nothing.
+            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled beyond; {tiled_int}.
+        gather: {gather_candidates} {gather_share}
 
     Returns:
         The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.
@@ -115,7 +113,3 @@ class HardNegativeInfoNCELoss(DebiasedInfoNCELoss):
     ) -> None:
         super().__init__(temperature, tau_plus, simclr, normalize, reduction, chunk_size, gather)
         self.beta = check_beta(beta)
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        return f"{super().extra_repr()}, beta={self.beta}"

@@ -25,27 +25,23 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    all_finite,
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import all_finite, check_bool, check_choice, check_same_device
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
+    LossModule,
     TemperatureLike,
     check_finite_loss,
+    check_negatives,
+    check_pair,
     device_of,
     gather_rows,
-    resolve_inverse_temperature,
+    resolve_loss_options,
+    scaled_pair,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.masked_ratio import masked_log_ratio
 
@@ -56,28 +52,12 @@ VARIANTS = ("infonce", "dcl")
 
 def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> int:
     """This rank's input checks; returns its number of anchors N."""
-    check_embeddings("anchor", anchor, ndim=2)
-    check_embeddings("positive", positive, ndim=2)
-    if positive.shape != anchor.shape:
-        raise ValueError(
-            f"positive must have the same shape as anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
-        )
+    n, _ = check_pair("anchor", anchor, "positive", positive)
     check_choice("variant", variant, VARIANTS)
     check_bool("symmetric", symmetric)
-    n, d = anchor.shape
-    if negatives is not None:
-        if not isinstance(negatives, Tensor):
-            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
-        if negatives.ndim not in (2, 3):
-            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
-        check_embeddings("negatives", negatives, ndim=negatives.ndim)
-        if negatives.shape[-1] != d:
-            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
-        if negatives.ndim == 3 and negatives.shape[0] != n:
-            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
-        if symmetric:
-            raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
-    check_same_device(anchor=anchor, positive=positive, negatives=negatives)
+    check_negatives(negatives, "anchor", anchor)
+    if negatives is not None and symmetric:
+        raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
     return n
 
 
@@ -169,11 +149,10 @@ def _weighted_lse(
     q: Tensor, k: Tensor, bias: Tensor, diagonal: Tensor | None, offset: int, block: int | None, keep: bool
 ) -> Tensor:
     """Row LSE of ``q kᵀ + bias`` on the dense (streamed unless ``keep``) or the tiled kernel."""
-    if block is None:
-        return tiled.dense_row_lse(q, k, diagonal=diagonal, col_offset=offset, grad_ahead=not keep, bias=bias)
-    return tiled.tiled_lse(q, k, block=block, diagonal=diagonal, col_offset=offset, bias=bias)
+    return tiled.row_lse(q, k, block, diagonal=diagonal, col_offset=offset, grad_ahead=not keep, bias=bias)
 
 
+@shared_docs
 def info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -193,15 +172,14 @@ def info_nce(
     """InfoNCE / DCL loss of anchors against their positives and negatives.
 
     Args:
-        anchor: anchor embeddings. Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i. Shape ``(N, D)``.
-        negatives: ``None`` for in-batch negatives, shared negatives of shape ``(M, D)``, or
-            per-anchor negatives of shape ``(N, K, D)``.
-        temperature: τ > 0: a float, a 0-d tensor, or a module returning one (``LearnableTemperature``).
+        anchor: {anchor}
+        positive: {positive}
+        negatives: {negatives}
+        temperature: {temperature}
         variant: ``"infonce"`` (positive in the denominator) or ``"dcl"`` (positive left out).
         symmetric: average both directions (anchor→positive and positive→anchor); in-batch only.
-        normalize: L2-normalise rows first (cosine similarity); ``False`` uses raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses of shape ``(N,)``).
+        normalize: {normalize}
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``).
         chunk_size: ``None`` chooses automatically (:func:`contrastlab.losses.tiled.plan_chunk_size`):
             a mean or sum (or no backward) runs the dense path streamed in blocks of rows, memory
             linear in N + K, up to K = 65,536 candidates; per-row losses with a backward keep the
@@ -217,11 +195,9 @@ def info_nce(
             rounding: a measured side can differ between processes; pass an int for bit-reproducible runs).
         gather: under torch.distributed, contrast this rank's anchors with the candidates of every
             rank (in-batch positives, and shared negatives, are gathered with exact gradients; per-anchor
-            negatives stay local). The result is this rank's share of the global loss
-            (:func:`contrastlab.distributed.share`: the mean over ranks of the shares is the
-            single-process loss of the global batch; ``"none"`` gives this rank's rows' losses), and
-            every check about the batch (DCL's N ≥ 2) is about the global batch. An invalid input on
-            any rank raises the same error on every rank. In one process the gather does nothing.
+            negatives stay local). {gather_share} The mean over ranks of the shares is the
+            single-process loss of the global batch (``"none"``: this rank's rows' losses), and every
+            check about the batch (DCL's N ≥ 2) is about the global batch.
         positive_mask: optional boolean ``(N, M)`` over each anchor's candidates: True marks another
             positive of anchor i (multiple positives, or a false negative counted as one). In-batch the
             candidates are the positives of every row (of every rank under ``gather``, rank order), and
@@ -238,10 +214,8 @@ def info_nce(
         compiled: with ``positive_mask`` (in-batch, ``variant="infonce"``, no ``weights``, a mean or sum
             on the streamed path), ``True`` makes each block's element-wise pass by a function compiled
             by ``torch.compile`` (:mod:`contrastlab.losses.masked_ratio_compiled`) instead of the eager
-            passes, the reference and the default (``False``); ``"auto"`` only if it measured faster on
-            the first block, once per process and shape (:mod:`contrastlab.losses.compiled_choice`).
-            Elsewhere it changes nothing. Opt-in: the first call of each dtype pays the compile
-            (seconds); the same numbers to rounding.
+            passes, the reference and the default (``False``); {compiled_auto} Elsewhere it changes
+            nothing.
 
     Returns:
         The loss, a float32 scalar (float64 if any input is float64), or ``(N,)`` for
@@ -264,12 +238,10 @@ def info_nce(
 
     def check() -> int:
         n_local = _validate(anchor, positive, negatives, variant, symmetric)
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
+        inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        checked["dtype"] = dtype = compute_dtype(anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
         _check_extras(positive_mask, weights, anchor, negatives, symmetric)
         return n_local
 
@@ -305,13 +277,7 @@ def info_nce(
     itemsize = torch.finfo(dtype).bits // 8
     budget = tiled.DENSE_MEMORY_BUDGET_BYTES
 
-    # q = a/(‖a‖τ): normalisation and the 1/τ scaling in one (N, D) pass; 1/τ stays in the autograd
-    # graph here (O(N·D)), so a learnable temperature gets its gradient on every path.
-    a = anchor.to(dtype)
-    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
-    k = positive.to(dtype)
-    if normalize:
-        k = tiled.normalize_scale(k)
+    a, q, k = scaled_pair(anchor, positive, dtype, inv_t, normalize)  # q = a/(‖a‖τ), k = p/‖p‖
     pos = (q * k).sum(dim=1)  # (n,) positive logits (in-batch: entry (i, offset + i) of the logit matrix)
     n = q.shape[0]
 
@@ -349,18 +315,17 @@ def info_nce(
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep, like=k_all)
             stripe = None if block is None or keep else tiled.stripe_rows(block, k_all.shape[0])
-            if block is None or stripe is not None:  # dense, or tiles as full-width stripes of one tile each
-                lse = tiled.dense_row_lse(
-                    q,
-                    k_all,
-                    exclude_diagonal=exclude,
-                    diagonal=pos,
-                    col_offset=offset,
-                    grad_ahead=not keep,
-                    rows=stripe,
-                )
-            else:
-                lse = tiled.tiled_lse(q, k_all, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset)
+            # tiled, or dense: also for tiles that are full-width stripes (the dense path's blocks of rows)
+            lse = tiled.row_lse(
+                q,
+                k_all,
+                block if stripe is None else None,
+                exclude_diagonal=exclude,
+                diagonal=pos,
+                col_offset=offset,
+                grad_ahead=not keep,
+                rows=stripe,
+            )
             loss = lse - pos
         elif k_all.shape[0] == n:  # every row is local: both directions are the rows and columns of one matrix
             block = tiled.plan_chunk_size(n, n, itemsize, chunk, budget)
@@ -380,20 +345,12 @@ def info_nce(
             kt = k * inv_t  # the positives as anchors, scaled by 1/τ
             keep = tiled.keeps_logits(reduction, q, k)
             block = tiled.plan_chunk_size(n, k_all.shape[0], itemsize, chunk, budget, keeps_logits=keep)
-            both: list[Tensor] = []
-            for rows, cands in ((q, k_all), (kt, a_all)):
-                if block is None:
-                    both.append(
-                        tiled.dense_row_lse(
-                            rows, cands, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
-                        )
-                    )
-                else:
-                    both.append(
-                        tiled.tiled_lse(
-                            rows, cands, block=block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset
-                        )
-                    )
+            both = [
+                tiled.row_lse(
+                    rows, cands, block, exclude_diagonal=exclude, diagonal=pos, col_offset=offset, grad_ahead=not keep
+                )
+                for rows, cands in ((q, k_all), (kt, a_all))
+            ]
             loss = 0.5 * (both[0] + both[1]) - pos
     else:
         negs = negatives.to(dtype)
@@ -416,28 +373,17 @@ def info_nce(
             # InfoNCE's logaddexp with the positive weights the rows' LSE unequally ("none"); DCL does not.
             keep = tiled.keeps_logits("none" if variant == "infonce" else reduction, q, negs)
             block = tiled.plan_chunk_size(n, negs.shape[0], itemsize, chunk, budget, keeps_logits=keep)
-            if block is None:
-                neg_lse = tiled.dense_row_lse(q, negs, grad_ahead=not keep)  # (N,) over the (N, M) logits
-            else:
-                neg_lse = tiled.tiled_lse(q, negs, block=block)
+            neg_lse = tiled.row_lse(q, negs, block, grad_ahead=not keep)  # (N,) over the (N, M) logits
         else:
-            block = tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk, budget)
-            if block is None:
-                neg = torch.bmm(negs, q.unsqueeze(2)).squeeze(2)  # (N, K, D) x (N, D, 1) -> (N, K)
-                neg_lse = torch.logsumexp(neg, dim=1)
-            else:
-                neg_lse = tiled.tiled_per_anchor_lse(q, negs, block=block)
+            neg_lse = tiled.per_anchor_lse(q, negs, tiled.plan_chunk_size(n, negs.shape[1], itemsize, chunk, budget))
         loss = (torch.logaddexp(pos, neg_lse) if variant == "infonce" else neg_lse) - pos
 
     out = cd.share(loss, reduction, n_global, gather=gather)
     return check_finite_loss(out, "anchor/positive/negatives", gather=gather)
 
 
-class InfoNCELoss(nn.Module):
+class InfoNCELoss(LossModule):
     """Module form of :func:`info_nce`; hyperparameters are validated at construction.
-
-    A ``LearnableTemperature`` passed as ``temperature`` is registered as a submodule, so its
-    parameter is trained with the model's when the loss's parameters are given to the optimiser.
 
     Examples:
         >>> loss_fn = InfoNCELoss(temperature=0.2, variant="dcl")
@@ -455,36 +401,11 @@ class InfoNCELoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
+        super().__init__(temperature, normalize, reduction, gather)
         self.variant = check_choice("variant", variant, VARIANTS)
-        check_bool("symmetric", symmetric)
-        check_bool("normalize", normalize)
-        self.symmetric = symmetric
-        self.normalize = normalize
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        self.symmetric = check_bool("symmetric", symmetric)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
-        check_bool("gather", gather)
-        self.gather = gather
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Compute the loss; see :func:`info_nce` for shapes."""
-        return info_nce(
-            anchor,
-            positive,
-            negatives,
-            temperature=self.temperature,
-            variant=self.variant,
-            symmetric=self.symmetric,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
-
-    def extra_repr(self) -> str:
-        """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
-        return f"temperature={t}, variant={self.variant!r}, symmetric={self.symmetric}, normalize={self.normalize}"
+        return info_nce(anchor, positive, negatives, **self.hyperparameters())

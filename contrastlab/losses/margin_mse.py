@@ -20,16 +20,19 @@ the mean of the ranks' means is the global mean of equal shards).
 from __future__ import annotations
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from contrastlab import distributed as cd
 from contrastlab._checks import all_finite, check_bool, check_embeddings, check_same_device
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
+    check_pair,
     l2_normalize,
     resolve_loss_options,
 )
+from contrastlab.losses._docs import shared_docs
 
 __all__ = ["margin_mse", "MarginMSELoss", "student_scores", "check_teacher_scores"]
 
@@ -86,18 +89,14 @@ def student_scores(
     Raises:
         TypeError, ValueError: naming the argument.
     """
-    check_embeddings("anchor", anchor, ndim=2)
-    check_embeddings("positive", positive, ndim=2)
+    n, d = check_pair("anchor", anchor, "positive", positive)
     if isinstance(negatives, Tensor) and negatives.ndim == 2:
         negatives = negatives.unsqueeze(1)  # (N, 1, D)
     check_embeddings("negatives", negatives, ndim=3)
-    n, d = anchor.shape
-    if positive.shape != anchor.shape:
-        raise ValueError(f"positive must have the shape of anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}")
     if negatives.shape[0] != n or negatives.shape[2] != d:
         raise ValueError(f"negatives must have shape (N, K, D) with N = {n}, D = {d}, got {tuple(negatives.shape)}")
-    check_same_device(anchor=anchor, positive=positive, negatives=negatives)
-    dtype, inv_t = resolve_loss_options(temperature, normalize, reduction, anchor, positive, negatives)
+    check_same_device(anchor=anchor, negatives=negatives)
+    dtype, inv_t = resolve_loss_options(temperature, reduction, anchor, positive, negatives, normalize=normalize)
     cands = torch.cat([positive.unsqueeze(1), negatives], dim=1).to(dtype)  # (N, 1 + K, D)
     a = anchor.to(dtype)
     if normalize:
@@ -106,10 +105,7 @@ def student_scores(
     return torch.einsum("nd,ncd->nc", a, cands), dtype, inv_t
 
 
-def _reduce(per_row: Tensor, reduction: str) -> Tensor:
-    return per_row.mean() if reduction == "mean" else per_row.sum() if reduction == "sum" else per_row
-
-
+@shared_docs
 def margin_mse(
     anchor: Tensor,
     positive: Tensor,
@@ -127,14 +123,14 @@ def margin_mse(
     teacher's. τ = 1 and ``normalize=False`` equal sentence-transformers' ``MarginMSELoss`` (dot product).
 
     Args:
-        anchor: the queries' embeddings. Shape ``(N, D)``.
-        positive: their relevant documents' embeddings. Shape ``(N, D)``.
-        negatives: K documents per anchor. Shape ``(N, K, D)`` (or ``(N, D)`` for K = 1).
-        teacher_scores: the teacher's scores of each anchor's positive, then its negatives. Shape ``(N, 1 + K)``.
-        temperature: τ > 0, dividing the student's scores.
-        normalize: score by cosine similarity instead of the dot product.
-        reduction: ``mean`` (over anchors), ``sum`` or ``none`` (shape ``(N,)``).
-        gather: accepted for the registry's uniform signature; the loss has no cross-row term to gather.
+        anchor: {query}
+        positive: {relevant}
+        negatives: {documents}
+        teacher_scores: {teacher_scores}
+        temperature: {temperature} It divides the student's scores.
+        normalize: {normalize}
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``).
+        gather: {gather_none}
 
     Returns:
         The loss: a scalar, or ``(N,)`` for ``reduction="none"``.
@@ -158,30 +154,25 @@ def margin_mse(
     student_margin = s[:, :1] - s[:, 1:]  # (N, K)
     teacher_margin = t[:, :1] - t[:, 1:]  # (N, K)
     per_row = (student_margin - teacher_margin).square().mean(dim=1)  # (N,)
-    return check_finite_loss(_reduce(per_row, reduction), "margin_mse")
+    return check_finite_loss(cd.share(per_row, reduction, per_row.shape[0], gather=False), "margin_mse")
 
 
-class MarginMSELoss(nn.Module):
+@shared_docs
+class MarginMSELoss(LossModule):
     """:func:`margin_mse` with its hyperparameters checked at construction.
 
     Args:
-        temperature: τ > 0 dividing the student's scores.
-        normalize: cosine scores instead of the dot product.
-        reduction: ``mean``, ``sum`` or ``none``.
-        gather: accepted for a uniform signature; changes nothing.
+        temperature: {temperature} It divides the student's scores.
+        normalize: {normalize}
+        reduction: {reductions}.
+        gather: {gather_none}
     """
 
     def __init__(
         self, temperature: TemperatureLike = 1.0, normalize: bool = False, reduction: str = "mean", gather: bool = False
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor, teacher_scores: Tensor) -> Tensor:
         """The loss of :func:`margin_mse`; shapes as there."""
-        return margin_mse(
-            anchor, positive, negatives, teacher_scores, temperature=self.temperature, normalize=self.normalize,
-            reduction=self.reduction, gather=self.gather,
-        )  # fmt: skip
+        return margin_mse(anchor, positive, negatives, teacher_scores, **self.hyperparameters())

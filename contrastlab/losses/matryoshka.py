@@ -178,9 +178,7 @@ def matryoshka(
 
 def _stateful(loss: object) -> bool:
     """Whether ``loss`` is a WEINCE module whose global β_t buffer would be updated once per width."""
-    if not isinstance(loss, WEINCELoss):
-        return False
-    return loss.options.beta_mode == "global_ema" or loss.options.aux_top_m > 0
+    return isinstance(loss, WEINCELoss) and loss.options.needs_global_beta
 
 
 class MatryoshkaLoss(nn.Module):

@@ -16,24 +16,27 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab._checks import check_bool, check_embeddings, check_same_device
+from contrastlab._checks import check_bool
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
+    check_pair,
     device_of,
     gather_rows,
     l2_normalize,
     resolve_loss_options,
 )
+from contrastlab.losses._docs import shared_docs
 
 __all__ = ["nt_xent", "NTXentLoss"]
 
 
+@shared_docs
 def nt_xent(
     z_a: Tensor,
     z_b: Tensor,
@@ -47,21 +50,20 @@ def nt_xent(
     """SimCLR's NT-Xent loss.
 
     Args:
-        z_a: first view's embeddings. Shape ``(N, D)``.
-        z_b: second view's embeddings, row i the partner of ``z_a[i]``. Shape ``(N, D)``.
-        temperature: τ > 0 (float, 0-d tensor or ``LearnableTemperature``); SimCLR uses 0.5.
-        normalize: cosine similarity (``True``, SimCLR) or raw dot products.
-        reduction: ``"mean"`` (over the 2N views), ``"sum"`` or ``"none"`` (shape ``(2N,)``, views of
-            ``z_a`` first).
+        z_a: {z_a}
+        z_b: {z_b}
+        temperature: {temperature} SimCLR uses 0.5.
+        normalize: {normalize} SimCLR normalises.
+        reduction: {reductions}: the mean over the 2N views, or their losses, shape ``(2N,)`` with the
+            views of ``z_a`` first.
         chunk_size: ``None`` chooses the path as :func:`contrastlab.losses.info_nce` does (dense,
             streamed in blocks of rows for a mean or sum; the 2N × 2N logits kept for ``"none"`` while
-            they fit :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; tiled beyond); an int
-            forces the tiled kernel with that tile side.
+            they fit :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`; tiled beyond);
+            {tiled_int}.
         gather: under torch.distributed, every rank's views are candidates: the global arrangement is
             ``[Z_a (N rows, rank order); Z_b (N rows)]``, local view-a row i sits at ``offset + i`` and
-            its partner at ``N + offset + i``. The result is this rank's share of the global loss
-            (``"none"``: this rank's ``(2n,)`` losses, view-a rows first); an invalid input on any rank
-            raises on every rank. In one process the gather does nothing.
+            its partner at ``N + offset + i``. {gather_share} ``"none"`` gives this rank's ``(2n,)``
+            losses, view-a rows first.
 
     Returns:
         The loss (float32, or float64 for float64 inputs).
@@ -78,14 +80,10 @@ def nt_xent(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        check_embeddings("z_a", z_a, ndim=2)
-        check_embeddings("z_b", z_b, ndim=2)
-        if z_b.shape != z_a.shape:
-            raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
-        check_same_device(z_a=z_a, z_b=z_b)
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, z_a, z_b)
+        n_local, _ = check_pair("z_a", z_a, "z_b", z_b)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, z_a, z_b, normalize=normalize)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        return z_a.shape[0]
+        return n_local
 
     n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
     dtype, inv_t = checked["dtype"], checked["inv_t"]
@@ -110,17 +108,15 @@ def nt_xent(
         row_sets = [(torch.cat([qa, qb]), 0)]
     else:
         row_sets = [(qa, offset), (qb, n_global + offset)]
-    lse = []
-    for rows, self_col in row_sets:
-        if block is None:
-            lse.append(tiled.dense_row_lse(rows, cand, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep))
-        else:
-            lse.append(tiled.tiled_lse(rows, cand, block=block, exclude_diagonal=True, col_offset=self_col))
+    lse = [
+        tiled.row_lse(rows, cand, block, exclude_diagonal=True, col_offset=self_col, grad_ahead=not keep)
+        for rows, self_col in row_sets
+    ]
     loss = torch.cat(lse) - torch.cat([pos, pos])
     return check_finite_loss(cd.share(loss, reduction, 2 * n_global, gather=gather), "z_a/z_b", gather=gather)
 
 
-class NTXentLoss(nn.Module):
+class NTXentLoss(LossModule):
     """Module form of :func:`nt_xent`; hyperparameters are validated at construction."""
 
     def __init__(
@@ -131,20 +127,9 @@ class NTXentLoss(nn.Module):
         chunk_size: int | None = None,
         gather: bool = False,
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
         self.chunk_size = tiled.check_chunk_size(chunk_size)
 
     def forward(self, z_a: Tensor, z_b: Tensor) -> Tensor:
         """Compute the loss; see :func:`nt_xent` for shapes."""
-        return nt_xent(
-            z_a,
-            z_b,
-            temperature=self.temperature,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            chunk_size=self.chunk_size,
-            gather=self.gather,
-        )
+        return nt_xent(z_a, z_b, **self.hyperparameters())

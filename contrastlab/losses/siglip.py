@@ -31,15 +31,19 @@ from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
 from contrastlab import distributed
-from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float, compute_dtype
+from contrastlab._checks import check_bool, check_positive_float
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
-    REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_loss_options,
+    check_pair,
     device_of,
-    resolve_inverse_temperature,
+    gather_rows,
+    resolve_loss_options,
+    scaled_pair,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled, measured_choice
 from contrastlab.losses.siglip_compiled import compiled_blocks
 from contrastlab.losses.temperature import LearnableTemperature
@@ -210,21 +214,15 @@ def _compiled_is_faster(q: Tensor, k: Tensor, bias: Tensor, offset: int, rows: i
         acc = q.new_empty(r, 2 * -(-m // _SLICES))
         loss_block, loss_grad_block = compiled_blocks()
 
-        def done() -> None:
-            if work.is_cuda:
-                torch.cuda.synchronize(work.device)
-
         def eager() -> None:
             _eager_block(work.copy_(block), pos, qr, kd, b, offset, grad, row, acc)
-            done()
 
         def compiled() -> None:
             (loss_grad_block if grad else loss_block)(work.copy_(block))
-            done()
 
         return eager, compiled
 
-    return measured_choice(key, make)
+    return measured_choice(key, make, device=q.device)
 
 
 class _SigmoidPairs(torch.autograd.Function):
@@ -278,6 +276,7 @@ def _check_bias(bias: object, dtype: torch.dtype, device: torch.device) -> Tenso
     return torch.tensor(float(bias), dtype=dtype, device=device)
 
 
+@shared_docs
 def siglip(
     anchor: Tensor,
     positive: Tensor,
@@ -297,26 +296,22 @@ def siglip(
     ``Σ_i ℓ_i / N``, the paper's normalisation by the batch size (not by the N² pairs).
 
     Args:
-        anchor: anchor embeddings (the paper's images). Shape ``(N, D)``.
-        positive: positive embeddings, row i paired with anchor i (the paper's texts). Shape ``(N, D)``.
+        anchor: {anchor} The paper's images.
+        positive: {positive} The paper's texts.
         temperature: τ > 0, the paper's ``1/t = exp(−t')``: a float, a 0-d tensor, or a module returning
             one (:class:`~contrastlab.losses.LearnableTemperature`). Default 0.1, the paper's
             initial ``t = 10``.
         bias: the logit bias ``b``: a float or a 0-d tensor (learnable). Default −10, the paper's
             initial value.
-        normalize: L2-normalise rows first (the paper does); ``False`` uses raw dot products.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses ``ℓ_i`` of shape ``(N,)``).
+        normalize: {normalize} The paper normalises.
+        reduction: {reductions} (per-anchor losses ``ℓ_i`` of shape ``(N,)``).
         chunk_size: rows per block of the streamed pass; ``None`` chooses blocks of about 16 MiB of
             logits. Any value ≥ 1 gives the same numbers; memory is O((N + chunk_size)·D + chunk_size·N).
         gather: under torch.distributed, contrast this rank's anchors with the positives of every rank
-            and return this rank's share of the global loss (the mean of the shares over ranks is the
-            single-process loss, with exact gradients); the identity in one process.
+            (exact gradients). {gather_share}
         compiled: ``True`` makes each block's element-wise pass (the softplus and σ row sums, σ(L))
             with a function compiled by ``torch.compile`` (:mod:`contrastlab.losses.siglip_compiled`)
-            instead of the eager passes, the reference and the default (``False``); ``"auto"`` uses it
-            only if it measured faster on this call's first block, once per process and shape
-            (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call of each dtype pays the
-            compile (seconds to minutes); the same numbers to rounding.
+            instead of the eager passes, the reference and the default (``False``); {compiled_auto}
 
     Returns:
         The loss, a float32 scalar (float64 if an input is float64), or ``(N,)`` for ``reduction="none"``.
@@ -339,36 +334,21 @@ def siglip(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        check_embeddings("anchor", anchor, ndim=2)
-        check_embeddings("positive", positive, ndim=2)
-        if positive.shape != anchor.shape:
-            raise ValueError(
-                f"positive must have the shape of anchor {tuple(anchor.shape)}, got {tuple(positive.shape)}"
-            )
-        if positive.device != anchor.device:
-            raise ValueError(
-                f"positive is on {positive.device} but anchor is on {anchor.device}; move them to one device"
-            )
-        check_choice("reduction", reduction, REDUCTIONS)
-        check_bool("normalize", normalize)
+        n_local, _ = check_pair("anchor", anchor, "positive", positive)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(
+            temperature, reduction, anchor, positive, normalize=normalize
+        )
         checked["compiled"] = check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        checked["dtype"] = dtype = compute_dtype(anchor, positive)
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, anchor.device)
-        checked["bias"] = _check_bias(bias, dtype, anchor.device)
-        return int(anchor.shape[0])
+        checked["bias"] = _check_bias(bias, checked["dtype"], anchor.device)
+        return n_local
 
     # every rank checks its input and agrees before any collective: one rank's bad input raises on all
     distributed.agree(check, gather=gather, device=device_of(anchor))
     chunk_size, dtype, inv_t, b = checked["chunk_size"], checked["dtype"], checked["inv_t"], checked["bias"]
 
-    # q = t·x̂ in one (N, D) pass; t stays in the autograd graph here, so a learnable τ gets its gradient.
-    a = anchor.to(dtype)
-    q = tiled.normalize_scale(a, inv_t) if normalize else a * inv_t
-    k = positive.to(dtype)
-    if normalize:
-        k = tiled.normalize_scale(k)
-    k_all, offset = distributed.gather_with_grad(k) if gather else (k, 0)  # (N_global, D)
+    _, q, k = scaled_pair(anchor, positive, dtype, inv_t, normalize)  # q = t·x̂, k = ŷ
+    k_all, offset = gather_rows(k, gather)  # (N_global, D)
     rows = _block_rows(k_all.shape[0], q.element_size(), chunk_size)
     grad = torch.is_grad_enabled() and (q.requires_grad or k_all.requires_grad or b.requires_grad)
     use_compiled = checked["compiled"]
@@ -386,6 +366,7 @@ def siglip(
     return total / k_all.shape[0] if reduction == "mean" else total
 
 
+@shared_docs
 class SigLIPLoss(nn.Module):
     """SigLIP loss with a learnable temperature and bias, initialised as the paper (t' = log 10, b = −10).
 
@@ -398,8 +379,8 @@ class SigLIPLoss(nn.Module):
         bias: initial bias b (default −10, the paper's).
         learnable: learn τ and b (the paper's setting); ``False`` keeps them fixed.
         max_inverse: upper bound on t = 1/τ while learning (default 100, as open_clip).
-        normalize: L2-normalise rows first.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"``.
+        normalize: {normalize}
+        reduction: {reductions}.
         chunk_size: rows per block of the streamed pass (see :func:`siglip`).
         gather: contrast with the positives of every rank (see :func:`siglip`).
         compiled: the compiled element-wise pass: ``False``, ``True`` or ``"auto"`` (see :func:`siglip`).
@@ -426,21 +407,14 @@ class SigLIPLoss(nn.Module):
         compiled: bool | str = False,
     ) -> None:
         super().__init__()
-        check_positive_float("temperature", temperature)
+        temperature = check_positive_float("temperature", temperature)
         if isinstance(bias, Tensor):
             raise TypeError("bias must be a real number (the initial value), got a Tensor")
         _check_bias(bias, torch.float64, torch.device("cpu"))
-        check_bool("learnable", learnable)
-        check_bool("normalize", normalize)
-        check_choice("reduction", reduction, REDUCTIONS)
-        tiled.check_chunk_size(chunk_size)
-        check_bool("gather", gather)
+        self.learnable = check_bool("learnable", learnable)
+        _, self.normalize, self.reduction, self.gather = check_loss_options(temperature, normalize, reduction, gather)
+        self.chunk_size = tiled.check_chunk_size(chunk_size)
         self.compiled = check_compiled(compiled)
-        self.learnable = learnable
-        self.normalize = normalize
-        self.reduction = reduction
-        self.chunk_size = chunk_size
-        self.gather = gather
         self.temperature: nn.Module | float
         self.bias: nn.Parameter | float
         if learnable:

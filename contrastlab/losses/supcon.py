@@ -13,23 +13,25 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
 from contrastlab._checks import check_bool, check_embeddings, check_labels, check_same_device
 from contrastlab.losses._common import (
+    LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_loss_options,
     device_of,
     gather_rows,
     l2_normalize,
     resolve_loss_options,
 )
+from contrastlab.losses._docs import shared_docs
 
 __all__ = ["supcon", "SupConLoss"]
 
 
+@shared_docs
 def supcon(
     embeddings: Tensor,
     labels: Tensor,
@@ -44,15 +46,14 @@ def supcon(
     Args:
         embeddings: all views of all samples (stack multiple views as extra rows). Shape ``(N, D)``.
         labels: integer class labels. Shape ``(N,)``.
-        temperature: τ > 0 (float, 0-d tensor or ``LearnableTemperature``); Khosla et al. use 0.1.
-        normalize: cosine similarity (``True``, as in the paper) or raw dot products.
-        reduction: ``"mean"`` over anchors that have a positive, ``"sum"``, or ``"none"`` — then the
-            result has shape ``(N,)`` and anchors without a positive hold 0 (see ``has_positive`` by
-            comparing labels; they are excluded from ``"mean"``).
-        gather: under torch.distributed, every rank's samples (and labels) are candidates; the result
-            is this rank's share of the global loss, "mean" dividing by the global number of anchors
-            that have a positive, and the all-singleton check is about the global batch. An invalid
-            input on any rank raises on every rank. In one process the gather does nothing.
+        temperature: {temperature} Khosla et al. use 0.1.
+        normalize: {normalize} The paper normalises.
+        reduction: {reductions}. ``"mean"`` is over the anchors that have a positive; ``"none"`` gives
+            shape ``(N,)``, anchors without a positive holding 0 (excluded from ``"mean"``; compare
+            labels to find them).
+        gather: under torch.distributed, every rank's samples (and labels) are candidates; ``"mean"``
+            divides by the global number of anchors that have a positive, and the all-singleton check
+            is about the global batch. {gather_share}
 
     Raises:
         ValueError: every anchor is a singleton, labels of the wrong length, invalid embeddings.
@@ -65,7 +66,9 @@ def supcon(
         check_embeddings("embeddings", embeddings, ndim=2)
         check_labels("labels", labels, embeddings.shape[0])
         check_same_device(embeddings=embeddings, labels=labels)
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, normalize, reduction, embeddings)
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(
+            temperature, reduction, embeddings, normalize=normalize
+        )
         return embeddings.shape[0]
 
     cd.agree(check, gather=gather, device=device_of(embeddings))
@@ -96,24 +99,14 @@ def supcon(
     return check_finite_loss(out, "embeddings", gather=gather)
 
 
-class SupConLoss(nn.Module):
+class SupConLoss(LossModule):
     """Module form of :func:`supcon`; hyperparameters are validated at construction."""
 
     def __init__(
         self, temperature: TemperatureLike = 0.1, normalize: bool = True, reduction: str = "mean", gather: bool = False
     ) -> None:
-        super().__init__()
-        self.temperature, self.normalize, self.reduction, self.gather = check_loss_options(
-            temperature, normalize, reduction, gather
-        )
+        super().__init__(temperature, normalize, reduction, gather)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Compute the loss; see :func:`supcon` for shapes."""
-        return supcon(
-            embeddings,
-            labels,
-            temperature=self.temperature,
-            normalize=self.normalize,
-            reduction=self.reduction,
-            gather=self.gather,
-        )
+        return supcon(embeddings, labels, **self.hyperparameters())

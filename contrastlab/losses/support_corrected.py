@@ -30,11 +30,12 @@ from collections.abc import Callable
 from typing import Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab._checks import check_bool, check_choice, check_embeddings, check_positive_float
-from contrastlab.losses._common import REDUCTIONS, TemperatureLike, device_of
+from contrastlab._checks import check_choice, check_embeddings, check_int
+from contrastlab.losses._common import LossModule, TemperatureLike, device_of
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.info_nce import VARIANTS, info_nce
 from contrastlab.worlds.restricted import Concentration, sample_restricted_positive, sample_uniform_slice
 
@@ -47,6 +48,7 @@ __all__ = [
 ]
 
 
+@shared_docs
 def support_corrected_info_nce(
     anchor: Tensor,
     positive: Tensor,
@@ -67,10 +69,10 @@ def support_corrected_info_nce(
         anchor: embeddings h(z_i). Shape ``(N, D)``.
         positive: embeddings h(z̃_i) of the positives. Shape ``(N, D)``.
         negatives: embeddings of the support negatives of each anchor. Shape ``(N, M, D)``.
-        temperature: τ.
+        temperature: {temperature}
         variant: "infonce" (positive in the denominator, eq. 8) or "dcl".
-        normalize: L2-normalise embeddings first (the paper's h maps to the sphere).
-        reduction: "mean", "sum" or "none".
+        normalize: {normalize} The paper's h maps to the sphere.
+        reduction: {reductions} (per-anchor losses of shape ``(N,)``).
         gather: under torch.distributed, this rank's share of the loss over every rank's anchors (the
             per-anchor negatives involve no other rank), as :func:`info_nce` with ``gather=True``.
 
@@ -97,34 +99,22 @@ def support_corrected_info_nce(
     )
 
 
-class SupportCorrectedInfoNCELoss(nn.Module):
+class SupportCorrectedInfoNCELoss(LossModule):
     """Module form of :func:`support_corrected_info_nce` (hyperparameters validated at construction)."""
 
     def __init__(
         self,
-        temperature: float = 0.1,
+        temperature: TemperatureLike = 0.1,
         variant: str = "infonce",
         normalize: bool = True,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.temperature = check_positive_float("temperature", temperature)
+        super().__init__(temperature, normalize, reduction)
         self.variant = check_choice("variant", variant, VARIANTS)
-        check_bool("normalize", normalize)
-        self.normalize = normalize
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
 
     def forward(self, anchor: Tensor, positive: Tensor, negatives: Tensor) -> Tensor:
         """Compute the loss; shapes as in :func:`support_corrected_info_nce`."""
-        return support_corrected_info_nce(
-            anchor,
-            positive,
-            negatives,
-            temperature=self.temperature,
-            variant=self.variant,
-            normalize=self.normalize,
-            reduction=self.reduction,
-        )
+        return support_corrected_info_nce(anchor, positive, negatives, **self.hyperparameters())
 
 
 def latent_support_negatives(
@@ -156,8 +146,7 @@ def latent_support_negatives(
     check_choice("mode", mode, ("uniform", "augment"))
     if mode == "uniform":
         return sample_uniform_slice(z, n_negatives, d_fixed, generator=generator)
-    if isinstance(n_negatives, bool) or not isinstance(n_negatives, int) or n_negatives < 0:
-        raise ValueError(f"n_negatives must be a non-negative int, got {n_negatives!r}")
+    check_int("n_negatives", n_negatives, 0)
     n, d = z.shape
     rep = z.unsqueeze(1).expand(n, n_negatives, d).reshape(n * n_negatives, d)
     out = sample_restricted_positive(rep, kappa, d_fixed, concentration=concentration, generator=generator)
@@ -180,8 +169,7 @@ def augmentation_negatives(augment: Callable[[Tensor], Tensor], x: Tensor, n_neg
     """
     if not isinstance(x, Tensor) or x.ndim < 1:
         raise TypeError(f"x must be a torch.Tensor with a batch dimension, got {type(x).__name__}")
-    if isinstance(n_negatives, bool) or not isinstance(n_negatives, int) or n_negatives < 1:
-        raise ValueError(f"n_negatives must be a positive int, got {n_negatives!r}")
+    check_int("n_negatives", n_negatives, 1)
     n = x.shape[0]
     rep = x.unsqueeze(1).expand(n, n_negatives, *x.shape[1:]).reshape(n * n_negatives, *x.shape[1:])
     views = augment(rep)

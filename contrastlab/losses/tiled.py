@@ -61,6 +61,8 @@ __all__ = [
     "tiled_lse",
     "tiled_lse_rows_cols",
     "tiled_per_anchor_lse",
+    "row_lse",
+    "per_anchor_lse",
 ]
 
 #: When the dense path has to keep the N × M logits (per-row losses with a backward), ``chunk_size=None``
@@ -793,3 +795,42 @@ def tiled_per_anchor_lse(q: Tensor, negs: Tensor, *, block: int) -> Tensor:
     """
     block = check_chunk_size(block) or DEFAULT_CHUNK_SIZE
     return _TiledPerAnchorLSE.apply(q, negs, block)
+
+
+def row_lse(
+    q: Tensor,
+    k: Tensor,
+    block: int | None,
+    *,
+    exclude_diagonal: bool = False,
+    diagonal: Tensor | None = None,
+    col_offset: int = 0,
+    grad_ahead: bool = False,
+    bias: Tensor | None = None,
+    rows: int | None = None,
+) -> Tensor:
+    """Row log-sum-exp of ``Q Kᵀ`` (plus ``bias``) on the path a planner chose (:func:`plan_chunk_size`).
+
+    :func:`dense_row_lse` when ``block`` is None (``grad_ahead`` and ``rows`` are its), else
+    :func:`tiled_lse` with tiles of side ``block``; the other arguments as theirs. Shapes: q ``(N, D)``,
+    k ``(M, D)``; returns ``(N,)``.
+    """
+    if block is None:
+        return dense_row_lse(
+            q, k, exclude_diagonal=exclude_diagonal, diagonal=diagonal, col_offset=col_offset, grad_ahead=grad_ahead,
+            bias=bias, rows=rows,
+        )  # fmt: skip
+    return tiled_lse(
+        q, k, block=block, exclude_diagonal=exclude_diagonal, diagonal=diagonal, col_offset=col_offset, bias=bias
+    )
+
+
+def per_anchor_lse(q: Tensor, negs: Tensor, block: int | None) -> Tensor:
+    """Row log-sum-exp of each anchor against its own negatives, dense or tiled as a planner chose.
+
+    One batched GEMM and ``logsumexp`` when ``block`` is None, else :func:`tiled_per_anchor_lse` with
+    tiles of ``block`` negatives. Shapes: q ``(N, D)``, negs ``(N, K, D)``; returns ``(N,)``.
+    """
+    if block is None:
+        return torch.logsumexp(torch.bmm(negs, q.unsqueeze(2)).squeeze(2), dim=1)  # (N, K, D) x (N, D, 1) → (N, K)
+    return tiled_per_anchor_lse(q, negs, block=block)

@@ -160,9 +160,9 @@ def test_weince_auto_follows_the_measurement(monkeypatch, faster):
     streams with the chosen one: the compiled (counted) equal to the eager sweep to 1e-12 in float64, or the
     eager one bit for bit."""
     from contrastlab.losses import weince
-    from contrastlab.losses import weince_compiled as wc
+    from contrastlab.losses.weince import compiled as wc
 
-    stream = sys.modules["contrastlab.losses.weince_stream"]
+    stream = sys.modules["contrastlab.losses.weince.stream"]
     calls: list[str] = []
     blocks = (
         lambda *a: calls.append("sums") or wc._block_sums(*a),

@@ -3,7 +3,7 @@
 Erol, Evren, Ozel, Morgan, Ryu, Zheng, "When Softmax Fails at the Top: Extreme-Value Corrections for
 InfoNCE", ICML 2026 (arXiv 2606.00262), §2.3, computed exactly as the official code does
 (github.com/hsme98/weince, commit 49485f3, ``simclr/modules/nt_xent_hard_select.py``); see
-:mod:`contrastlab.losses.weince` for the loss they enter. Everything here runs without gradient.
+:mod:`contrastlab.losses.weince.loss` for the loss they enter. Everything here runs without gradient.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from scipy.special import expit
 from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab.losses.weince_options import GlobalBetaConfig, WEINCEOptions
+from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
 
 __all__ = [
     "AnchorTailStats",
@@ -244,18 +244,14 @@ def _tail_gates(
     fits: _TailFits,
     k_tail: int,
     device: torch.device,
-    *,
-    q: float,
-    kappa_rho: float,
-    kappa_aic: float,
-    margin: float,
-    eps: float,
+    options: WEINCEOptions,
     rho_pool: Callable[[Tensor], Tensor] | None = None,
 ) -> AnchorTailStats:
     """§2.3 step 4: the pivot ρ_0 over the batch and λ_i, from every anchor's fits; tensors on ``device``.
 
-    ``rho_pool`` as in :func:`_anchor_tail_stats`.
+    ``options`` gives q, κ_ρ, κ_AIC, the margin m and eps; ``rho_pool`` as in :func:`_anchor_tail_stats`.
     """
+    q, kappa_rho, kappa_aic, margin, eps = options.q, options.kappa_rho, options.kappa_aic, options.margin, options.eps
     rho = fits.rho
     rho_all = rho if rho_pool is None else rho_pool(torch.from_numpy(rho).to(device)).cpu().numpy()
     # ρ_0: the order statistic of rank round(q (R − 1)) (0-based), as the code's sort-and-index.
@@ -278,14 +274,7 @@ def _tail_gates(
 
 @torch.no_grad()
 def _anchor_tail_stats(
-    top: Tensor,
-    *,
-    q: float,
-    kappa_rho: float,
-    kappa_aic: float,
-    margin: float,
-    eps: float,
-    rho_pool: Callable[[Tensor], Tensor] | None = None,
+    top: Tensor, options: WEINCEOptions, rho_pool: Callable[[Tensor], Tensor] | None = None
 ) -> AnchorTailStats:
     """§2.3 steps 1–4 from each anchor's k_tail largest negative cosines, in float64.
 
@@ -302,17 +291,7 @@ def _anchor_tail_stats(
     Shape:
         top: ``(R, k_tail)``, each row descending.
     """
-    return _tail_gates(
-        _tail_fits(top, eps),
-        top.shape[1],
-        top.device,
-        q=q,
-        kappa_rho=kappa_rho,
-        kappa_aic=kappa_aic,
-        margin=margin,
-        eps=eps,
-        rho_pool=rho_pool,
-    )
+    return _tail_gates(_tail_fits(top, options.eps), top.shape[1], top.device, options, rho_pool)
 
 
 def anchor_tail_stats(
@@ -358,12 +337,11 @@ def anchor_tail_stats(
     k_neg = int(counts.min())
     if k_neg < 1:
         raise ValueError("neg_sims has a row without any finite negative similarity")
-    WEINCEOptions(
+    options = WEINCEOptions(
         q=q, tail_frac=tail_frac, min_tail=min_tail, kappa_rho=kappa_rho, kappa_aic=kappa_aic, margin=margin, eps=eps
     )
     x = neg_sims if neg_sims.dtype == torch.float64 else neg_sims.float()
-    top = _top_values(x, tail_size(k_neg, tail_frac, min_tail))
-    return _anchor_tail_stats(top, q=q, kappa_rho=kappa_rho, kappa_aic=kappa_aic, margin=margin, eps=eps)
+    return _anchor_tail_stats(_top_values(x, tail_size(k_neg, tail_frac, min_tail)), options)
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """WEINCE's options, built and validated once: the loss function, its module and the gathered case share them.
 
 Erol et al. 2026 (arXiv 2606.00262), §2.3 and the official code's hyperparameters; see
-:mod:`contrastlab.losses.weince` for what each one does in the loss.
+:mod:`contrastlab.losses.weince.loss` for what each one does in the loss.
 """
 
 from __future__ import annotations
@@ -84,6 +84,11 @@ class WEINCEOptions:
     """weight ≥ 0 of each auxiliary term (the scripts' 0.5)"""
     global_beta: GlobalBetaConfig = field(default_factory=GlobalBetaConfig)
     """configuration of the global β_t (beta_mode="global_ema" and the top-M terms)"""
+
+    @property
+    def needs_global_beta(self) -> bool:
+        """Whether the global β_t (and its EMA state) is needed: ``beta_mode="global_ema"`` or ``aux_top_m > 0``."""
+        return self.beta_mode == "global_ema" or self.aux_top_m > 0
 
     def __post_init__(self) -> None:
         check_choice("beta_mode", self.beta_mode, BETA_MODES)

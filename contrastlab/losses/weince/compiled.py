@@ -1,7 +1,7 @@
 """WEINCE's streamed block pass compiled by PyTorch's compiler: an optional path, the eager sweep the reference.
 
 Erol et al. 2026 (arXiv 2606.00262), the mixed logit ``ℓ_ij = a_i s_ij + λ_i β_i (−log(1 − s_ij))``;
-:mod:`contrastlab.losses.weince_stream` computes each block of anchors against every candidate with
+:mod:`contrastlab.losses.weince.stream` computes each block of anchors against every candidate with
 about nine eager passes over a candidates × anchors block. Here the block is laid out anchors ×
 candidates (rows: anchors), holding the shortfalls ``u = 1 − s`` (made by the GEMM), and two functions
 compiled by ``torch.compile`` do the element-wise work, each one loop over the rows (Inductor; the

@@ -523,7 +523,7 @@ def test_fused_sweeps_in_blocks_of_rows_equal_one_block(duplicate):
     """The fused kernel's element-wise sweeps, run block of rows by block of rows (a 2N = 4,096 matrix
     is 32 blocks), give the one-block results up to the order of the column sums' additions; with a
     duplicated view the clamping branch runs."""
-    from contrastlab.losses.weince_kernels import _u_min, _weince_grad, _weince_rows
+    from contrastlab.losses.weince.kernels import _u_min, _weince_grad, _weince_rows
 
     za, zb = _views(7, 5, seed=6, dtype=torch.float64)
     if duplicate:
@@ -555,7 +555,7 @@ def test_fused_sweeps_in_blocks_of_rows_equal_one_block(duplicate):
 def test_fused_kernel_forms_the_gradient_ahead_only_for_a_mean_or_sum(monkeypatch):
     """A mean or a sum sends every row the same gradient, so the fused forward forms it ahead;
     reduction="none" keeps the buffers instead (its rows may be weighted unequally)."""
-    from contrastlab.losses.weince_kernels import _WeinceSimCLR
+    from contrastlab.losses.weince.kernels import _WeinceSimCLR
 
     seen = []
     forward = _WeinceSimCLR.forward
@@ -573,7 +573,7 @@ def test_fused_kernel_forms_the_gradient_ahead_only_for_a_mean_or_sum(monkeypatc
 
 def test_gradient_made_ahead_recomputes_for_unequal_rows():
     """The fused function with grad_ahead=True still gives the exact gradient when rows are weighted."""
-    from contrastlab.losses.weince_kernels import _WeinceSimCLR
+    from contrastlab.losses.weince.kernels import _WeinceSimCLR
 
     g = torch.Generator().manual_seed(4)
     k = torch.nn.functional.normalize(torch.randn(12, 4, generator=g, dtype=torch.float64), dim=1)
@@ -599,7 +599,7 @@ def test_gradient_made_ahead_recomputes_for_unequal_rows():
 @pytest.mark.parametrize("shape", [(7, 30), (1, 500), (40, 12)])
 def test_top_values_equals_topk(shape):
     """Both numpy selections (whole-row sort for many rows, partition for one) equal torch.topk."""
-    from contrastlab.losses.weince_tail import _top_values
+    from contrastlab.losses.weince.tail import _top_values
 
     g = torch.Generator().manual_seed(5)
     x = torch.randn(*shape, generator=g)
@@ -619,7 +619,7 @@ def test_top_values_equals_topk(shape):
 def test_top_values_of_long_rows_equal_topk():
     """Rows at least _PARTITION_MIN_COLS long are partitioned, then their k largest sorted: the same
     values as torch.topk, with excluded columns left out."""
-    from contrastlab.losses.weince_tail import _PARTITION_MIN_COLS, _top_values
+    from contrastlab.losses.weince.tail import _PARTITION_MIN_COLS, _top_values
 
     g = torch.Generator().manual_seed(9)
     x = torch.randn(5, _PARTITION_MIN_COLS + 3, generator=g)

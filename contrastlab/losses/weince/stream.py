@@ -1,7 +1,7 @@
 """Streamed WEINCE over SimCLR's 2N views: statistics and loss in blocks of anchors, memory linear in N.
 
 Erol et al. 2026 (arXiv 2606.00262), README formula with the §2.3 statistics; see
-:mod:`contrastlab.losses.weince` for the loss. Per anchor i the logits over its candidates j are
+:mod:`contrastlab.losses.weince.loss` for the loss. Per anchor i the logits over its candidates j are
 ℓ_ij = a_i s_ij − b_i log(1 − s_ij) with a_i = (1 − λ_i)/τ, b_i = λ_i β_i, stop-gradient constants
 that depend on every anchor's tail (the pivot ρ_0 is a quantile over the batch). So the computation is
 two sweeps over blocks of anchors, each block against all 2N candidates (``rows × 2N`` entries, never
@@ -10,7 +10,7 @@ the 2N × 2N matrix):
 1. **Statistics** (:func:`streamed_tail`, no gradient): the cosines of a block of anchors (one GEMM),
    each anchor's k_tail largest negatives selected from its complete row (exactly the values the dense
    kernel selects: a block holds whole rows, so no running top-k is needed per anchor) and fitted at
-   once (:func:`contrastlab.losses.weince_tail._tail_fits`); only the fits (four numbers per anchor)
+   once (:func:`contrastlab.losses.weince.tail._tail_fits`); only the fits (four numbers per anchor)
    are kept. The global β_t's tail is the one statistic over the whole matrix: a running pool of the
    k largest negatives of every block seen (k = max(min_tail, tail_frac·(number of negatives)); each
    block adds its own k largest and the pool is cut back to k whenever it has doubled), so it holds
@@ -18,7 +18,7 @@ the 2N × 2N matrix):
    terms are each row's own. After the sweep the pivot ρ_0 and λ follow.
 2. **Loss** (:class:`_WeinceStream`): per block of anchors the shortfalls 1 − s, laid out
    candidates × anchors (so each per-anchor coefficient is a row vector along the inner dimension,
-   as in :func:`contrastlab.losses.weince_kernels._weince_rows`), the exponent shifted by the
+   as in :func:`contrastlab.losses.weince.kernels._weince_rows`), the exponent shifted by the
    anchor's known maximum (from its largest cosine), ``exp`` and the column sums. A block's column
    sums are complete (every candidate is in it), so its softmax is final: with a mean or a sum the
    gradient is formed right away, ``Gᵀ = E ∘ (a + b/(1 − s))/Σ − one-hot`` and two GEMMs
@@ -27,21 +27,22 @@ the 2N × 2N matrix):
 
 Cost against the dense kernel: one more GEMM (four in all: the statistics' cosines, the loss's, and the
 two gradient GEMMs, as many as NT-Xent's three plus one) and no (2N, 2N) buffer. Float32 rows within
-:data:`contrastlab.losses.weince_tail.ENDPOINT_SHORTFALL` of the endpoint get their shortfalls from
+:data:`contrastlab.losses.weince.tail.ENDPOINT_SHORTFALL` of the endpoint get their shortfalls from
 float64 cosines in both sweeps, as in the dense kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from contrastlab.losses.compiled_choice import measured_choice
-from contrastlab.losses.weince_compiled import compiled_weince_block
-from contrastlab.losses.weince_tail import (
+from contrastlab.losses.weince.compiled import compiled_weince_block
+from contrastlab.losses.weince.tail import (
     _concat_fits,
     _crowded_rows,
     _refine_rows,
@@ -201,7 +202,7 @@ class Coefficients(NamedTuple):
 def coefficients(lam: Tensor, lam_beta: Tensor, s_max: Tensor, inv_t: float, u_min: float) -> Coefficients:
     """:class:`Coefficients` from λ ``(R,)``, λβ ``(R,)``, the largest cosines ``(R, 1)`` and 1/τ.
 
-    The same operations as :func:`contrastlab.losses.weince_kernels._weince_rows`' shift.
+    The same operations as :func:`contrastlab.losses.weince.kernels._weince_rows`' shift.
     """
     a = torch.rsub(lam, inv_t, alpha=inv_t).view(1, -1)  # (1 − λ)/τ
     b = lam_beta.reshape(1, -1)
@@ -359,7 +360,7 @@ def _sweep_compiled(
 ) -> _Sweep:
     """:func:`_sweep` with each block's element-wise work done by compiled functions, anchors × candidates.
 
-    The functions are :mod:`contrastlab.losses.weince_compiled`'s; one block buffer holds the shortfalls
+    The functions are :mod:`contrastlab.losses.weince.compiled`'s; one block buffer holds the shortfalls
     and then, in place, the gradient block.
     """
     r, c = q.shape[0], k.shape[0]
@@ -421,19 +422,10 @@ def compiled_is_faster(
     key = ("weince", q.device.type, q.dtype, r, max(1, c - 1).bit_length(), want_grad)
 
     def make() -> tuple[Callable[[], object], Callable[[], object]]:
-        qd, kd = q[:r].detach(), k.detach()
+        args = (q[:r].detach(), k.detach(), pos_index, self_cols, co, refine, rows)
+        return partial(_sweep, *args, want_grad=want_grad), partial(_sweep_compiled, *args, want_grad=want_grad)
 
-        def run(sweep: Callable[..., _Sweep]) -> Callable[[], object]:
-            def call() -> None:
-                sweep(qd, kd, pos_index, self_cols, co, refine, rows, want_grad=want_grad)
-                if qd.is_cuda:
-                    torch.cuda.synchronize(qd.device)
-
-            return call
-
-        return run(_sweep), run(_sweep_compiled)
-
-    return measured_choice(key, make)
+    return measured_choice(key, make, device=q.device)
 
 
 class _WeinceStream(torch.autograd.Function):

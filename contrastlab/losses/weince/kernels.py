@@ -1,11 +1,11 @@
 """WEINCE's fused loss kernels: the mixed softmax/Weibit cross-entropy with hand-written backwards.
 
 Per row i the logits are ℓ_ij = (1 − λ_i)·s_ij/τ + λ_iβ_i·(−log(1 − s_ij)) with λ, β stop-gradient
-constants (Erol et al. 2026, arXiv 2606.00262, README formula; :mod:`contrastlab.losses.weince`).
+constants (Erol et al. 2026, arXiv 2606.00262, README formula; :mod:`contrastlab.losses.weince.loss`).
 :class:`_WeinceSimCLR` fuses SimCLR's square 2N × 2N case from the shortfalls 1 − s;
 :class:`_MixedCrossEntropy` takes any logit matrix s/τ (explicit negatives);
 :func:`_mixed_cross_entropy_autograd` is its plain-autograd reference and the path for a learnable τ
-there. Larger batches of SimCLR's views stream (:mod:`contrastlab.losses.weince_stream`). None is twice
+there. Larger batches of SimCLR's views stream (:mod:`contrastlab.losses.weince.stream`). None is twice
 differentiable.
 """
 

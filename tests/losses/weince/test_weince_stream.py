@@ -10,7 +10,7 @@ from torch.utils._pytree import tree_flatten
 
 from contrastlab.losses import weince
 from contrastlab.losses.weince import ENDPOINT_SHORTFALL, GlobalBetaConfig, anchor_tail_stats, global_tail_beta
-from contrastlab.losses.weince_stream import STREAM_BLOCK_BYTES, block_anchors, gather_dot
+from contrastlab.losses.weince.stream import STREAM_BLOCK_BYTES, block_anchors, gather_dot
 
 GB = GlobalBetaConfig(min_tail=64)  # a global tail of ≥ 10 points at these sizes: β_t moves
 
@@ -169,7 +169,7 @@ def test_float32_streamed_loss_near_the_endpoint_equals_float64(chunk):
     fused kernel does: a batch mixing crowded and ordinary views gives the float64 loss and gradients
     within the fused kernel's float32 bounds (``test_weince.py``: 1e-5 on the loss, 4e-4 on the gradients;
     without the recomputation 2.1e-4 and 4.0e-3 were measured), and its statistics equal float64's."""
-    from tests.losses.test_weince import _clustered
+    from tests.losses.weince.test_weince import _clustered
 
     za_c, zb_c, _ = _clustered(32, 32, 4, 0.001, seed=3)
     za_o, zb_o = _views(32, 32, seed=4, dtype=torch.float32)
@@ -256,7 +256,7 @@ def test_streamed_memory_never_holds_the_2n_by_2n_matrix(kw):
     ≥ 1,024 values, below the bound too."""
     n, d, chunk = 80, 6, 8
     if kw == "crowded":
-        from tests.losses.test_weince import _clustered
+        from tests.losses.weince.test_weince import _clustered
 
         za, zb, _ = _clustered(n, d, 4, 0.001, seed=2)
         kw = {}

@@ -49,7 +49,7 @@ Differences between the paper's text (the defaults here) and the official code, 
   a float64 computation on the same inputs (measured: identical on clustered batches with
   1 − s down to 7e-5). Rows farther out keep float32 cosines; measured against float64 on the same
   inputs (2N = 256, D = 128, smallest ρ 0.31–0.61): λ within 1.4e-5, ΔAIC within 8e-4, β̂ within
-  2e-6 relative (``tests/losses/test_weince.py``; docs/weince.md).
+  2e-6 relative (``tests/losses/weince/test_weince.py``; docs/weince.md).
 * The statistics are computed in float64 (numpy, on the host; a GPU's (2N, k_tail) tail values are
   copied over once per step) from the k_tail largest negatives (float32 on the GPU in the code).
 * The loss runs with autocast disabled, in float32 (float64 for float64 inputs): −log(1 − s) has
@@ -60,7 +60,7 @@ With λ ≡ 0 (``fixed_lambda=0``, or every gate closed) the loss is computed by
 with them to rounding (tested).
 
 Computation, SimCLR's views: while the 2N × 2N matrix fits one block of
-:data:`~contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
+:data:`~contrastlab.losses.weince.stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32), in one process,
 with a fixed τ and no auxiliary terms, the **fused single-block kernel**: one GEMM for the cosines, a
 tail selection that sorts them in place (numpy's vectorised sort, on the CPU), the statistics in
 float64 numpy on the (2N, k_tail) tail (tens of microseconds instead of torch's per-op dispatch), and
@@ -72,7 +72,7 @@ or a sum, the fused function also forms the gradient in its forward, through the
 its two (2N, 2N) buffers are hot, and the backward only scales it (as ``dense_row_lse(grad_ahead=True)``
 does for NT-Xent); with ``reduction="none"`` it keeps E and 1 − s for a backward of two passes and two
 GEMMs. Otherwise (larger batches, ``chunk_size``, gathered candidates, a learnable τ, the auxiliary
-terms) the **streamed kernel** (:mod:`contrastlab.losses.weince_stream`): a statistics sweep and a loss
+terms) the **streamed kernel** (:mod:`contrastlab.losses.weince.stream`): a statistics sweep and a loss
 sweep over blocks of anchors against all 2N views, memory O(N·D + N·chunk), the same statistics (each
 anchor's tail is selected from its complete row) and the same loss to rounding. Explicit negatives use
 the logits s/τ of the anchors against their candidates with their autograd graph and
@@ -87,10 +87,6 @@ the per-anchor tails come from each local anchor's 2N − 2 global negatives; th
 q-order statistic of every rank's ρ (gathered without gradient); the global β_t fits the pooled k_tail
 largest negatives of every rank, so its EMA state advances identically everywhere. Shared negatives
 are gathered into one set, per-anchor negatives stay local. In one process every gather does nothing.
-
-Files: the options (:mod:`contrastlab.losses.weince_options`), the tail statistics
-(:mod:`contrastlab.losses.weince_tail`), the fused kernels (:mod:`contrastlab.losses.weince_kernels`)
-and the streamed one (:mod:`contrastlab.losses.weince_stream`).
 """
 
 from __future__ import annotations
@@ -104,28 +100,26 @@ import torch
 from torch import Tensor, nn
 
 from contrastlab import distributed as cd
-from contrastlab._checks import (
-    check_bool,
-    check_choice,
-    check_embeddings,
-    check_positive_float,
-    check_same_device,
-    compute_dtype,
-)
+from contrastlab._checks import check_bool, check_choice, check_positive_float
 from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
+    check_negatives,
+    check_pair,
+    check_temperature,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_inverse_temperature,
+    resolve_loss_options,
+    temperature_repr,
 )
+from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.compiled_choice import check_compiled
 from contrastlab.losses.info_nce import info_nce
 from contrastlab.losses.nt_xent import nt_xent
-from contrastlab.losses.weince_kernels import (
+from contrastlab.losses.weince.kernels import (
     _mixed_cross_entropy_autograd,
     _MixedCrossEntropy,
     _u_min,
@@ -133,8 +127,8 @@ from contrastlab.losses.weince_kernels import (
     _weince_rows,
     _WeinceSimCLR,
 )
-from contrastlab.losses.weince_options import BETA_MODES, GlobalBetaConfig, WEINCEOptions
-from contrastlab.losses.weince_stream import (
+from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
+from contrastlab.losses.weince.stream import (
     STREAM_BLOCK_BYTES,
     Refinement,
     _WeinceStream,
@@ -144,38 +138,20 @@ from contrastlab.losses.weince_stream import (
     gather_dot,
     streamed_tail,
 )
-from contrastlab.losses.weince_tail import (
-    ENDPOINT_SHORTFALL,
+from contrastlab.losses.weince.tail import (
     AnchorTailStats,
     _anchor_tail_stats,
     _crowded_rows,
     _refine_rows,
     _tail_gates,
     _top_values,
-    anchor_tail_stats,
     global_tail_beta,
     global_tail_beta_pooled,
-    rowwise_ols,
     tail_size,
     update_beta_ema,
 )
 
-__all__ = [
-    "weince",
-    "WEINCELoss",
-    "WEINCEOptions",
-    "WEINCEStats",
-    "AnchorTailStats",
-    "GlobalBetaConfig",
-    "anchor_tail_stats",
-    "global_tail_beta",
-    "global_tail_beta_pooled",
-    "update_beta_ema",
-    "tail_size",
-    "rowwise_ols",
-    "BETA_MODES",
-    "ENDPOINT_SHORTFALL",
-]
+__all__ = ["weince", "weince_with", "WEINCELoss", "WEINCEStats"]
 
 
 class WEINCEStats(NamedTuple):
@@ -197,27 +173,7 @@ class WEINCEStats(NamedTuple):
     beta_global_r2: float | None
 
 
-def _validate_inputs(z_a: Tensor, z_b: Tensor, negatives: Tensor | None) -> int:
-    """This rank's input checks; returns its number of pairs N."""
-    check_embeddings("z_a", z_a, ndim=2)
-    check_embeddings("z_b", z_b, ndim=2)
-    if z_b.shape != z_a.shape:
-        raise ValueError(f"z_b must have the same shape as z_a {tuple(z_a.shape)}, got {tuple(z_b.shape)}")
-    n, d = z_a.shape
-    if negatives is not None:
-        if not isinstance(negatives, Tensor):
-            raise TypeError(f"negatives must be None or a torch.Tensor, got {type(negatives).__name__}")
-        if negatives.ndim not in (2, 3):
-            raise ValueError(f"negatives must have shape (M, D) or (N, K, D), got {tuple(negatives.shape)}")
-        check_embeddings("negatives", negatives, ndim=negatives.ndim)
-        if negatives.shape[-1] != d:
-            raise ValueError(f"negatives must have embedding dimension D = {d}, got {negatives.shape[-1]}")
-        if negatives.ndim == 3 and negatives.shape[0] != n:
-            raise ValueError(f"negatives of shape (N, K, D) must have N = {n} rows, got {negatives.shape[0]}")
-    check_same_device(z_a=z_a, z_b=z_b, negatives=negatives)
-    return n
-
-
+@shared_docs
 def weince(
     z_a: Tensor,
     z_b: Tensor,
@@ -246,12 +202,12 @@ def weince(
     """WEINCE loss (Erol et al. 2026, README formula; statistics as in the official code, §2.3).
 
     Args:
-        z_a: first view's embeddings (anchors). Shape ``(N, D)``.
-        z_b: second view's embeddings, row i the partner of ``z_a[i]``. Shape ``(N, D)``.
+        z_a: {z_a} The anchors.
+        z_b: {z_b}
         negatives: ``None`` — SimCLR's 2N views (each view against the other 2N − 2, both directions,
             as NT-Xent); ``(M, D)`` — every anchor ``z_a[i]`` against its positive ``z_b[i]`` and the M
             shared negatives; ``(N, K, D)`` — against K negatives of its own. Rows are L2-normalised.
-        temperature: τ > 0 of the softmax logit s/τ (float, 0-d tensor or ``LearnableTemperature``).
+        temperature: {temperature} It divides the softmax logit s/τ.
         beta_mode: β_i of the Weibit logit: ``"per_anchor"`` (β̂_i, the paper's text), ``"one"`` (the
             official code) or ``"global_ema"`` (the code's batch-level EMA β_t).
         q: quantile of the cap-proximity pivot ρ_0.
@@ -269,28 +225,24 @@ def weince(
         aux_weight: the weight of each auxiliary term (≥ 0).
         global_beta: configuration of the global β_t (``beta_mode="global_ema"`` and the top-M term).
         beta_ema: β_{t−1}, the global EMA state; ``None`` starts from ``global_beta.init``. Not modified.
-        reduction: ``"mean"``, ``"sum"`` or ``"none"`` (per-anchor losses: ``(2N,)`` with the views of
+        reduction: {reductions} (per-anchor losses: ``(2N,)`` with the views of
             ``z_a`` first, or ``(N,)`` with explicit negatives).
         return_stats: also return :class:`WEINCEStats` (λ_i, β_i, ΔAIC_i, ..., the new β_t).
         gather: under torch.distributed, the single-process WEINCE of the global batch from this
             rank's rows: candidates gathered from every rank, every batch statistic over the global
-            candidate set; the result is this rank's share of the global loss
-            (:func:`contrastlab.distributed.share`). ``stats.tail`` and ``stats.beta`` then hold this
+            candidate set. {gather_share} ``stats.tail`` and ``stats.beta`` then hold this
             rank's anchors, ``rho0`` the global pivot and ``beta_ema`` the new global β_t (the same
-            on every rank). N ≥ 2 is required of the global batch; an invalid input on any rank
-            raises on every rank. In one process the gather does nothing.
+            on every rank). N ≥ 2 is required of the global batch.
         chunk_size: SimCLR's views (``negatives=None``) are computed in blocks of ``chunk_size`` anchors
             against all 2N views (memory O(N·D + N·chunk_size), never the 2N × 2N matrix; the same
             numbers as one block). ``None`` chooses: one fused block while the 2N × 2N matrix fits
-            :data:`contrastlab.losses.weince_stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
+            :data:`contrastlab.losses.weince.stream.STREAM_BLOCK_BYTES` (2N ≤ 1,448 in float32, one
             process, a fixed τ, no auxiliary terms), else blocks of that many bytes. Explicit
             negatives are computed densely (their N × M or N × K logits).
         compiled: ``True``: SimCLR's views take the streamed kernel with each block's element-wise work
-            done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince_compiled`)
-            instead of the eager passes, the reference and the default (``False``); ``"auto"``: the
-            streamed kernel, compiled only if that measured faster on the first block of anchors, once
-            per process and shape (:mod:`contrastlab.losses.compiled_choice`). Opt-in: the first call
-            of each dtype pays the compile; the same numbers to rounding. Explicit negatives ignore it.
+            done by functions compiled by ``torch.compile`` (:mod:`contrastlab.losses.weince.compiled`)
+            instead of the eager passes, the reference and the default (``False``); {compiled_auto}
+            ``"auto"`` takes the streamed kernel either way. Explicit negatives ignore ``compiled``.
 
     Returns:
         The loss (float32, float64 for float64 inputs), or ``(loss, stats)``.
@@ -438,14 +390,14 @@ def weince_with(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local = _validate_inputs(z_a, z_b, negatives)
-        check_choice("reduction", reduction, REDUCTIONS)
+        n_local, _ = check_pair("z_a", z_a, "z_b", z_b)
+        check_negatives(negatives, "z_a", z_a)
+        inputs = (z_a, z_b, *(() if negatives is None else (negatives,)))
+        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs)
         check_bool("return_stats", return_stats)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         checked["beta_prev"] = _beta_prev(beta_ema, options.global_beta)
-        checked["dtype"] = dtype = compute_dtype(z_a, z_b, *(() if negatives is None else (negatives,)))
-        checked["inv_t"] = resolve_inverse_temperature(temperature, dtype, z_a.device)
         return n_local
 
     n_global = sum(cd.agree(check, gather=gather, device=device_of(z_a)))
@@ -588,7 +540,7 @@ def _simclr_fused(call: _Call) -> _Parts:
             s_pos[crowded] = cos64.gather(1, pos_index[crowded].unsqueeze(1)).to(dtype)
             excl = (self_cols[crowded], pos_index[crowded])
             top = _refine_rows(top, crowded, _top_values(cos64, k_tail, exclude=excl, inplace=True))
-    tail = _anchor_tail_stats(top, q=o.q, kappa_rho=o.kappa_rho, kappa_aic=o.kappa_aic, margin=o.margin, eps=o.eps)
+    tail = _anchor_tail_stats(top, o)
     beta_t = _global_beta(call, estimate) if need_global else None
     lam, beta, lam_beta = _lam_beta(call, tail, beta_t)
     if not _any_nonzero(lam):  # λ ≡ 0: NT-Xent; its kernel (same numbers)
@@ -621,7 +573,7 @@ def _simclr_fused(call: _Call) -> _Parts:
 
 
 def _simclr_streamed(call: _Call) -> _Parts:
-    """SimCLR's views in blocks of anchors (:mod:`contrastlab.losses.weince_stream`): O(N·D + N·chunk) memory.
+    """SimCLR's views in blocks of anchors (:mod:`contrastlab.losses.weince.stream`): O(N·D + N·chunk) memory.
 
     Under torch.distributed the local anchors are contrasted with every rank's views; every batch
     statistic (ρ_0, the global tail, the float64 recomputation) is the global batch's.
@@ -641,7 +593,7 @@ def _simclr_streamed(call: _Call) -> _Parts:
     local = views if not gathered else torch.cat([views[offset : offset + n], views[big_n + offset :][:n]])
     k_neg = 2 * big_n - 2
     total = 2 * call.n_global * k_neg  # negatives of the global batch
-    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    need_global = o.needs_global_beta
     gb = o.global_beta
     pool_k = min(int(max(gb.min_tail, gb.tail_frac * total)), total) if need_global else 0
     top_m = min(o.aux_top_m, k_neg)
@@ -664,17 +616,8 @@ def _simclr_streamed(call: _Call) -> _Parts:
         pool_k=pool_k,
         top_m=top_m,
     )
-    tail = _tail_gates(
-        st.fits,
-        k_tail,
-        device,
-        q=o.q,
-        kappa_rho=o.kappa_rho,
-        kappa_aic=o.kappa_aic,
-        margin=o.margin,
-        eps=o.eps,
-        rho_pool=cd.gather_no_grad if gathered else None,  # the pivot ρ_0 over every rank's anchors
-    )
+    rho_pool = cd.gather_no_grad if gathered else None  # the pivot ρ_0 over every rank's anchors
+    tail = _tail_gates(st.fits, k_tail, device, o, rho_pool)
     estimate: tuple[float, float] | None = None
     beta_t: float | None = None
     if need_global:
@@ -699,11 +642,19 @@ def _simclr_streamed(call: _Call) -> _Parts:
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]
-        p_logits = gather_dot(local * inv_t, views, idx, rows=rows)
-        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
-        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
-        loss = loss + o.aux_weight * aux
+        loss = loss + _aux_terms(gather_dot(local * inv_t, views, idx, rows=rows), beta_t, inv_t, o)
     return _Parts(loss, reduced, tail, beta, beta_t, estimate)
+
+
+def _aux_terms(p_logits: Tensor, beta_t: float, inv_t: Tensor | float, o: WEINCEOptions) -> Tensor:
+    """The reproduction scripts' ``aux_weight·(L_Weibit-topM + L_PL-topM)`` per row.
+
+    ``p_logits`` ``(R, 1 + M)`` are the logits s/τ of [positive | the M hardest negatives]; the Weibit
+    term's logits are −β_t log(1 − s) of the same entries. Returns ``(R,)``.
+    """
+    w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)
+    aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
+    return o.aux_weight * aux
 
 
 def _refinement(call: _Call, crowded: Tensor, views64: Callable[[], Tensor], n: int) -> Refinement | None:
@@ -755,16 +706,9 @@ def _explicit_negatives(call: _Call, negatives: Tensor) -> _Parts:
             else:
                 neg64 = torch.bmm(n64[crowded], a64.unsqueeze(2)).squeeze(2)  # (r, K)
             top = _refine_rows(top, crowded, _top_values(neg64, k_tail, inplace=True))
-    tail = _anchor_tail_stats(
-        top,
-        q=o.q,
-        kappa_rho=o.kappa_rho,
-        kappa_aic=o.kappa_aic,
-        margin=o.margin,
-        eps=o.eps,
-        rho_pool=cd.gather_no_grad if call.gathered else None,  # the pivot ρ_0 over every rank's anchors
-    )
-    need_global = o.beta_mode == "global_ema" or o.aux_top_m > 0
+    rho_pool = cd.gather_no_grad if call.gathered else None  # the pivot ρ_0 over every rank's anchors
+    tail = _anchor_tail_stats(top, o, rho_pool)
+    need_global = o.needs_global_beta
     beta_t: float | None = None
     estimate: tuple[float, float] | None = None
     neg_only: Tensor | None = None
@@ -792,9 +736,7 @@ def _explicit_negatives(call: _Call, negatives: Tensor) -> _Parts:
         m = min(o.aux_top_m, k_neg)
         top_idx = torch.topk(neg_only, k=m, dim=1).indices  # (R, M) hardest negatives
         p_logits = torch.cat([logits_pl.gather(1, pos_index.unsqueeze(1)), logits_pl.gather(1, top_idx)], dim=1)
-        w_logits = beta_t * _weibit(p_logits / inv_t, o.eps)  # (R, 1 + M): [positive | M hardest]
-        aux = (torch.logsumexp(w_logits, dim=1) - w_logits[:, 0]) + (torch.logsumexp(p_logits, dim=1) - p_logits[:, 0])
-        loss = loss + o.aux_weight * aux
+        loss = loss + _aux_terms(p_logits, beta_t, inv_t, o)
     return _Parts(loss, reduced, tail, beta, beta_t, estimate)
 
 
@@ -835,9 +777,7 @@ class WEINCELoss(nn.Module):
         compiled: bool | str = False,
     ) -> None:
         super().__init__()
-        if not isinstance(temperature, (nn.Module, Tensor)):
-            temperature = check_positive_float("temperature", temperature)
-        self.temperature = temperature
+        self.temperature = check_temperature(temperature)
         self.options = WEINCEOptions(
             beta_mode=beta_mode,
             q=q,
@@ -881,6 +821,6 @@ class WEINCELoss(nn.Module):
 
     def extra_repr(self) -> str:
         """Hyperparameters shown in ``repr``."""
-        t = self.temperature if isinstance(self.temperature, float) else "learnable"
+        t = temperature_repr(self.temperature)
         chunk = "" if self.chunk_size is None else f", chunk_size={self.chunk_size}"
         return f"temperature={t}, options={self.options}{chunk}"

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from contrastlab.losses import WEINCELoss, weince
-from tests.losses.test_weince_stream import GB, MODES, _assert_stats_equal, _run, _views
+from tests.losses.weince.test_weince_stream import GB, MODES, _assert_stats_equal, _run, _views
 
-stream_module = sys.modules["contrastlab.losses.weince_stream"]
+stream_module = sys.modules["contrastlab.losses.weince.stream"]
 
 
 @pytest.fixture
@@ -93,7 +93,7 @@ def test_float32_compiled_pass_near_the_endpoint_equals_float64():
     """Crowded float32 views (their shortfalls refined in float64, the clamp on) mixed with ordinary ones:
     within the streamed sweep's float32 bounds of float64 (``test_weince_stream.py``: 1e-5 on the loss,
     4e-4 on the gradients in relative norm)."""
-    from tests.losses.test_weince import _clustered
+    from tests.losses.weince.test_weince import _clustered
 
     za_c, zb_c, _ = _clustered(32, 32, 4, 0.001, seed=3)
     za_o, zb_o = _views(32, 32, seed=4, dtype=torch.float32)
