@@ -39,7 +39,7 @@ from torch import Tensor
 
 from contrastlab.audit.config import AuditConfig
 from contrastlab.data.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
-from contrastlab.models.text import hf_progress_bars
+from contrastlab.models.text import hf_progress_bars, use_sdpa
 
 if TYPE_CHECKING:
     from contrastlab.export.runtime import OnnxTextEncoder
@@ -331,6 +331,7 @@ def load_model(config: AuditConfig) -> TextEncoder | OnnxTextEncoder:
             f"model: cannot load {name!r} from disk ({first}); give a model folder, a contrastlab run, a .npy, "
             "or a name already in the local Hugging Face cache (nothing is downloaded)"
         ) from None
+    use_sdpa(model)  # PyTorch's fused attention kernels where the model supports them
     if config.max_seq_length:  # 0: the model's own
         model.max_seq_length = config.max_seq_length
     model.eval()
@@ -346,6 +347,7 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
     with hf_progress_bars(config.progress):
         encoder, _, step = run_text_encoder(path, device=config.device)
     model = SentenceTransformer(modules=list(encoder.body), device=config.device)
+    use_sdpa(model)
     if config.max_seq_length:  # 0: the model's own
         model.max_seq_length = config.max_seq_length
     model.eval()

@@ -10,10 +10,18 @@
 
 Nothing is downloaded: models load with ``local_files_only`` and ``HF_HUB_OFFLINE=1``. The encoder
 takes the ``(N, L)`` code-point rows of :mod:`contrastlab.data.text_codes`, turns them back into
-strings, tokenises them as one batch (truncated to ``max_seq_length`` tokens, padded to the longest),
-and returns the pooled ``(N, D)`` sentence embedding *before* any final ``Normalize`` module of the
-model: the contrastive losses normalise themselves (``loss.normalize``), and the norm is kept for the
-diagnostics that read it.
+strings, tokenises them (truncated to ``max_seq_length`` tokens) and returns the pooled ``(N, D)``
+sentence embedding *before* any final ``Normalize`` module of the model: the contrastive losses
+normalise themselves (``loss.normalize``), and the norm is kept for the diagnostics that read it.
+
+A training batch stacks short queries and long passages; padded as one batch, every query would cost
+as much as the longest passage. The encoder therefore sorts the rows by token length and embeds them in
+groups, each padded to its own longest row (:func:`length_groups`). With the attention mask, a row's
+embedding does not depend on how much padding its batch has, so the embeddings are those of the stack
+padded as one batch, to the rounding of the matrix products at another shape. Attention runs through
+PyTorch's ``scaled_dot_product_attention`` wherever the model supports it (:func:`use_sdpa`), and
+:meth:`TransformerTextEncoder.enable_gradient_checkpointing` trades a second forward pass for the
+activations of long texts.
 
 Tokenising inside the encoder keeps a batch independent of the model, and it keeps gradient caching
 exact: each mini-batch is tokenised the same way in the no-graph pass and in its replay, so its dropout
@@ -23,23 +31,90 @@ masks (drawn from the global RNG state the cache restores) are the same in both.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from torch import Tensor, nn
 
 from contrastlab.data.text_codes import codes_to_texts
 
 __all__ = [
+    "GROUP_COST_TOKENS",
     "TEXT_ENCODERS",
     "TransformerTextEncoder",
     "load_sentence_transformer",
     "load_text_model",
     "bundled_minilm_path",
     "hf_progress_bars",
+    "length_groups",
+    "use_sdpa",
 ]
+
+GROUP_COST_TOKENS = 256
+"""The cost of one more forward pass, counted in padded tokens: :func:`length_groups` splits a length
+group in two only where that saves more than this many padded tokens."""
+
+
+def length_groups(lengths: Tensor, group_cost: int = GROUP_COST_TOKENS) -> list[Tensor]:
+    """Rows grouped by token length so that padding each group to its own longest row costs the least.
+
+    The rows are sorted by length (stably: equal lengths keep their order) and cut into runs of
+    consecutive rows minimising ``Σ_g (|g| · max_len(g) + group_cost)``, the padded tokens of the
+    forward passes plus a fixed cost per pass, by dynamic programming over the cut points
+    (``O(N²)`` arithmetic, one vectorised step per row). A stack of short queries and long passages
+    falls into (at least) a group of queries and a group of passages.
+
+    Args:
+        lengths: ``(N,)`` token counts of the rows (their attention masks' sums).
+        group_cost: padded tokens one more forward pass is worth, ``>= 0``.
+
+    Returns:
+        The groups, shortest rows first: ``(n_g,)`` int64 indices into ``lengths``, together a
+        permutation of ``range(N)``.
+    """
+    order = torch.argsort(lengths.cpu(), stable=True)
+    sorted_lengths = lengths.cpu()[order].numpy().astype(np.float64)
+    n = sorted_lengths.shape[0]
+    best = np.zeros(n + 1)  # best[j]: least cost of the first j sorted rows
+    cut = np.zeros(n + 1, dtype=np.int64)  # cut[j]: where the last group of that best cover starts
+    starts = np.arange(n)
+    for j in range(1, n + 1):
+        costs = best[:j] + (j - starts[:j]) * sorted_lengths[j - 1] + group_cost
+        cut[j] = int(np.argmin(costs))
+        best[j] = costs[cut[j]]
+    groups: list[Tensor] = []
+    j = n
+    while j > 0:
+        groups.append(order[cut[j] : j])
+        j = int(cut[j])
+    return groups[::-1]
+
+
+def _hf_models(modules: Iterable[nn.Module]) -> list[Any]:
+    """The Hugging Face ``transformers`` models inside sentence-transformers modules (``auto_model``)."""
+    return [m.auto_model for m in modules if isinstance(getattr(m, "auto_model", None), nn.Module)]
+
+
+def use_sdpa(modules: Iterable[nn.Module]) -> list[str]:
+    """Run attention through PyTorch's ``scaled_dot_product_attention`` in every model that supports it.
+
+    Each Hugging Face model inside the sentence-transformers ``modules`` that declares SDPA support is
+    switched to ``attn_implementation="sdpa"`` (fused kernels where the inputs allow them, the same
+    attention otherwise); a model without it keeps its own implementation.
+
+    Returns:
+        The attention implementation of each model, in order.
+    """
+    used = []
+    for model in _hf_models(modules):
+        if getattr(model, "_supports_sdpa", False) and callable(getattr(model, "set_attn_implementation", None)):
+            model.set_attn_implementation("sdpa")
+        used.append(str(getattr(model.config, "_attn_implementation", "unknown")))
+    return used
 
 
 class TransformerTextEncoder(nn.Module):
@@ -71,12 +146,34 @@ class TransformerTextEncoder(nn.Module):
     def embed_texts(self, texts: list[str]) -> Tensor:
         """``(len(texts), D)`` embeddings of ``texts``, on the device of the model's parameters.
 
+        The texts are tokenised once to find their lengths; when :func:`length_groups` splits them,
+        each group is tokenised again by itself (so padded to its own longest row, exactly as if it
+        were the whole batch) and embedded in its own forward pass, and the rows are put back in order.
+
         Raises:
             ValueError: the model's output is not one 2-D sentence embedding per text.
         """
-        device = next(self.parameters()).device
         tokenizer: Any = self.body[0]  # the input module: its `preprocess` tokenises as the model was trained
         features: dict[str, Any] = tokenizer.preprocess(texts)
+        mask = features.get("attention_mask")
+        ids = features.get("input_ids")
+        if isinstance(mask, Tensor) and mask.ndim == 2:
+            lengths = mask.sum(dim=1)
+        else:  # no mask: every row counts as the padded length
+            lengths = torch.full((len(texts),), ids.shape[-1] if isinstance(ids, Tensor) else 1)
+        groups = length_groups(lengths)
+        if len(groups) == 1:
+            return self._embed_features(features, len(texts))
+        parts = [
+            self._embed_features(tokenizer.preprocess([texts[i] for i in group.tolist()]), group.shape[0])
+            for group in groups
+        ]
+        order = torch.cat(groups).to(parts[0].device)
+        return torch.cat(parts)[torch.argsort(order)]
+
+    def _embed_features(self, features: dict[str, Any], n: int) -> Tensor:
+        """The ``(n, D)`` sentence embeddings of one tokenised batch of ``n`` texts."""
+        device = next(self.parameters()).device
         features = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in features.items()}
         for module in self.body:
             features = module(features)
@@ -88,12 +185,35 @@ class TransformerTextEncoder(nn.Module):
                 f"model: {self.description} gives no sentence embedding ({got}; no pooling module?), "
                 "not a 2-D (N, D) embedding"
             )
-        if emb.ndim != 2 or emb.shape[0] != len(texts):
+        if emb.ndim != 2 or emb.shape[0] != n:
             raise ValueError(
-                f"model: {self.description} gives output of shape {tuple(emb.shape)} for {len(texts)} texts, "
+                f"model: {self.description} gives output of shape {tuple(emb.shape)} for {n} texts, "
                 "not a 2-D (N, D) embedding"
             )
         return emb
+
+    def enable_gradient_checkpointing(self) -> None:
+        """Keep only each layer's input in the forward pass and recompute the rest in the backward pass.
+
+        Activation checkpointing (Chen, Xu, Zhang & Guestrin 2016, arXiv 1604.06174) through the Hugging
+        Face model's own switch, non-reentrant: the recomputation restores the RNG state of the forward
+        pass, so dropout draws the same masks and the loss and gradients are those without it, for
+        about one more forward pass per step. It acts in training mode only.
+
+        Raises:
+            ValueError: naming ``gradient_checkpointing``: the model has no Hugging Face model that
+                supports it.
+        """
+        models = _hf_models(self.body)
+        unsupported = [type(m).__name__ for m in models if not getattr(m, "supports_gradient_checkpointing", False)]
+        if not models or unsupported:
+            what = ", ".join(unsupported) or "no Hugging Face transformers model"
+            raise ValueError(
+                f"gradient_checkpointing: {self.description} does not support gradient checkpointing ({what})"
+            )
+        for model in models:
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable({"use_reentrant": False})
 
     def forward(self, codes: Tensor) -> Tensor:
         """Decode, tokenise and embed ``(N, L)`` code-point rows → ``(N, D)``."""
@@ -205,6 +325,7 @@ def load_text_model(path: str, max_seq_length: int, description: str | None = No
     modules = list(model)
     if modules and isinstance(modules[-1], Normalize):
         modules = modules[:-1]
+    use_sdpa(modules)
     encoder = TransformerTextEncoder(modules, max_seq_length, description or path)
     try:
         encoder.probe()  # a model whose output is not (N, D) fails here, before any training

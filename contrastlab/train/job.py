@@ -136,7 +136,8 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     ``mlp`` is :class:`~contrastlab.models.MLP` (``hidden``, ``batch_norm``, ``activation``) on the input,
     flattened when it is an image; a text encoder is ``TEXT_ENCODERS[name](path, max_seq_length)``
     (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
-    ``ENCODERS[name](C, H, out_dim, width)``. With ``encoder.lora.r > 0`` the text model is frozen and LoRA
+    ``ENCODERS[name](C, H, out_dim, width)``. ``encoder.gradient_checkpointing`` switches on the text
+    model's activation checkpointing. With ``encoder.lora.r > 0`` the text model is frozen and LoRA
     adapters on ``encoder.lora.targets`` train (:mod:`contrastlab.train.lora`). A loss with learnable parameters (``loss.learnable_temperature``,
     ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
     (:class:`~contrastlab.train.loss_parameters.LossParameters`), which ``forward`` does not read.
@@ -159,6 +160,11 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
             raise ConfigError(f"encoder.{err}") from None
         if text.embed_dim != e.out_dim:
             raise ConfigError(f"encoder.out_dim must be {text.embed_dim}, the dimension of {e.name}, got {e.out_dim}")
+        if e.gradient_checkpointing:
+            try:
+                text.enable_gradient_checkpointing()
+            except ValueError as err:
+                raise ConfigError(f"encoder.{err}") from None
         try:
             model = e.lora.apply(text)  # adapters on the frozen model (r > 0), seeded by train.seed
         except ConfigError as err:
@@ -248,7 +254,9 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
 
     The encoder embeds anchors, positives and any fresh negatives of the batch (``(M, *in_shape)`` or
     ``(N, K, *in_shape)``) as one stack, so BatchNorm sees them all and ``train.embed_minibatch`` can
-    cache it. Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
+    cache it. A text encoder embeds the stack's rows in groups of similar token length, each padded to
+    its own longest row (:class:`~contrastlab.models.text.TransformerTextEncoder`): short queries are not
+    padded to the longest passage, and the embeddings are those of the stack padded as one batch. Training gathers: under torchrun each rank contrasts its anchors with every rank's candidates.
     ``parameters`` are the learnable loss parameters attached to the encoder (:func:`build_encoder`).
     """
 

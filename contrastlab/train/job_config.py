@@ -208,6 +208,10 @@ class EncoderConfig:
     """text encoders: tokens per text (longer texts are truncated)"""
     lora: LoRAConfig = field(default_factory=LoRAConfig)
     """text encoders: train low-rank adapters on the frozen model (r > 0; needs contrastlab[lora])"""
+    gradient_checkpointing: bool = False
+    """text encoders: keep only each transformer layer's input and recompute the layer in the backward pass
+    (Chen et al. 2016, arXiv 1604.06174): the same loss and gradients with far less activation memory, for
+    about one more forward pass per step; for long texts or large batches"""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -228,6 +232,11 @@ class EncoderConfig:
             )
         if self.max_seq_length < 1:
             raise ConfigError(f"max_seq_length must be >= 1, got {self.max_seq_length}")
+        if self.gradient_checkpointing and self.name not in TEXT_ENCODERS:
+            raise ConfigError(
+                f"gradient_checkpointing applies to the text encoders ({', '.join(sorted(TEXT_ENCODERS))}), "
+                f"got name {self.name!r}"
+            )
         if self.lora.enabled and self.name not in TEXT_ENCODERS:
             raise ConfigError(
                 f"lora applies to the text encoders ({', '.join(sorted(TEXT_ENCODERS))}), got name {self.name!r}"
