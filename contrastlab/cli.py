@@ -440,6 +440,28 @@ def _print_results(results: dict[str, Any], out: Path) -> int:
     return EXIT_OK
 
 
+def _refuse_tasks_with_spaces(argv: Sequence[str], extra: Sequence[str]) -> None:
+    """Refuse ``--task A B`` (B left over): several tasks are written as several ``--task``."""
+    for i, arg in enumerate(argv[:-2]):
+        if arg == "--task" and argv[i + 2] in extra:
+            raise UsageError(
+                f"audit: --task takes one task; for several, repeat it: --task {argv[i + 1]} --task {argv[i + 2]}"
+            )
+
+
+def _refuse_a_list_in_one_task(tasks: Sequence[str]) -> None:
+    """Refuse ``--task A,B`` when no such folder exists: several tasks are written as several ``--task``."""
+    from contrastlab.data.registry import default_data_root
+
+    for t in tasks:
+        if ("," in t or t.startswith("[")) and not Path(t).exists() and not (default_data_root() / t).exists():
+            names = [n.strip(" '\"") for n in t.strip("[]").split(",") if n.strip()]
+            raise UsageError(
+                f"audit: --task {t}: one task per --task; for several, repeat it: "
+                + " ".join(f"--task {n}" for n in names)
+            )
+
+
 def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit import QUICK, AuditConfig
     from contrastlab.audit.run import audit
@@ -464,6 +486,7 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
                 f"audit: --all-tasks: no task under the data root {default_data_root()} ($CONTRASTLAB_DATA or "
                 "./data; contrastlab data get NAME fetches one)"
             )
+    _refuse_a_list_in_one_task(tasks)
     several = args.all_tasks or len(tasks) > 1
     if len(tasks) == 1 and not several:
         overrides["task"] = tasks[0]
@@ -1071,6 +1094,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept, rest, trailing = _split_arguments(subs[argv[0]], argv[1:])
             args, extra = parser.parse_known_args([argv[0], *kept])
             if extra:
+                if argv[0] == "audit":
+                    _refuse_tasks_with_spaces(argv[1:], extra)
                 _refuse_extra(subs[argv[0]].prog, extra, trailing)
             if argv[0] in ("audit", "mine"):  # an optional MODEL may stand right after an override's value
                 from contrastlab.audit import AuditConfig

@@ -100,6 +100,11 @@ def test_refusals_are_one_line_and_write_nothing(
         (["--task", str(t1), "--task", str(tmp_path / "nowhere")], "is not a folder"),
         (["--task", str(t1), "--task", str(t2), "--split", "dev"], "split: 'dev' is not a split"),
         (["--all-tasks", "--task", str(t1)], "give it or --task, not both"),
+        (["--task", "toy", "toy2"], "audit: --task takes one task; for several, repeat it: --task toy --task toy2"),
+        (
+            ["--task", "toy,toy2"],
+            "audit: --task toy,toy2: one task per --task; for several, repeat it: --task toy --task toy2",
+        ),
     ):
         code = main(["audit", str(model), *argv, "--out", str(out), "--quiet"])
         err = capsys.readouterr().err.strip()
