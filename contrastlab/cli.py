@@ -440,6 +440,28 @@ def _print_results(results: dict[str, Any], out: Path) -> int:
     return EXIT_OK
 
 
+def _refuse_tasks_with_spaces(argv: Sequence[str], extra: Sequence[str]) -> None:
+    """Refuse ``--task A B`` (B left over): several tasks are written as several ``--task``."""
+    for i, arg in enumerate(argv[:-2]):
+        if arg == "--task" and argv[i + 2] in extra:
+            raise UsageError(
+                f"audit: --task takes one task; for several, repeat it: --task {argv[i + 1]} --task {argv[i + 2]}"
+            )
+
+
+def _refuse_a_list_in_one_task(tasks: Sequence[str]) -> None:
+    """Refuse ``--task A,B`` when no such folder exists: several tasks are written as several ``--task``."""
+    from contrastlab.data.registry import default_data_root
+
+    for t in tasks:
+        if ("," in t or t.startswith("[")) and not Path(t).exists() and not (default_data_root() / t).exists():
+            names = [n.strip(" '\"") for n in t.strip("[]").split(",") if n.strip()]
+            raise UsageError(
+                f"audit: --task {t}: one task per --task; for several, repeat it: "
+                + " ".join(f"--task {n}" for n in names)
+            )
+
+
 def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit import QUICK, AuditConfig
     from contrastlab.audit.run import audit
@@ -451,10 +473,25 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
         overrides["model"] = args.model
     if args.pairs is not None:
         overrides["pairs"] = args.pairs
-    if args.task is not None:
-        overrides["task"] = args.task
+    tasks: list[str] = list(args.task or [])
+    if args.all_tasks:
+        from contrastlab.data.registry import default_data_root
+        from contrastlab.tasks import tasks_under
+
+        if tasks:
+            raise UsageError("audit: --all-tasks audits every task under the data root; give it or --task, not both")
+        tasks = [str(p) for p in tasks_under()]
+        if not tasks:
+            raise UsageError(
+                f"audit: --all-tasks: no task under the data root {default_data_root()} ($CONTRASTLAB_DATA or "
+                "./data; contrastlab data get NAME fetches one)"
+            )
+    _refuse_a_list_in_one_task(tasks)
+    several = args.all_tasks or len(tasks) > 1
+    if len(tasks) == 1 and not several:
+        overrides["task"] = tasks[0]
     if args.split is not None:  # the task's qrels split; without a task, the code corpus's split
-        overrides["task_split" if args.task is not None else "split"] = args.split
+        overrides["task_split" if tasks else "split"] = args.split
     if args.quiet:
         overrides["progress"] = False
     if args.compress:
@@ -462,9 +499,17 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     cfg = apply_overrides(QUICK if args.quick else AuditConfig(), overrides)
     out = Path(args.out) if args.out else default_out_dir("audit")
     try:
-        results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
+        if several:
+            from contrastlab.audit.task_suite import audit_tasks
+
+            results = audit_tasks(cfg, tasks, out, engine=args.engine, address=args.address, shards=args.shards)
+        else:
+            results = audit(cfg, out, engine=args.engine, address=args.address, shards=args.shards)
     except ValueError as e:  # bad input: the message names the argument, file and line
-        raise UsageError(f"audit: {' '.join(str(e).split())}") from None
+        message = " ".join(str(e).split())
+        if message.startswith("tasks: "):  # the library's list of tasks is the command line's --task
+            message = "--task: " + message.removeprefix("tasks: ")
+        raise UsageError(f"audit: {message}") from None
     return _print_results(results, out)
 
 
@@ -611,14 +656,9 @@ def _dataset_table(root: Path) -> list[tuple[str, str, list[str], bool | None]]:
 
 def _task_table(root: Path) -> list[tuple[Path, list[str]]]:
     """BEIR-layout tasks at ``root`` or one or two folders below it, with their qrels splits."""
-    from contrastlab.tasks import beir_splits, is_beir_task
+    from contrastlab.tasks import beir_splits, tasks_under
 
-    if not root.is_dir():
-        return []
-    found = [root, *sorted(root.glob("*/")), *sorted(root.glob("*/*/"))]
-    # hidden folders are a download's cache and unfinished unpacking, never a task
-    found = [p for p in found if not any(part.startswith(".") for part in p.relative_to(root).parts)]
-    return [(p, beir_splits(p)) for p in found if p.is_dir() and is_beir_task(p)]
+    return [(p, beir_splits(p)) for p in tasks_under(root)]
 
 
 def _cmd_data_get(args: argparse.Namespace, root: Path) -> int:
@@ -848,10 +888,18 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     p.add_argument(
         "--task",
         metavar="DIR|NAME",
+        action="append",
         help="a retrieval task in BEIR's layout (corpus.jsonl, queries.jsonl, qrels/SPLIT.tsv) or MTEB's hub layout, "
         "or the name of one `contrastlab data get` fetched (scifact: looked up under $CONTRASTLAB_DATA or ./data): "
         "graded nDCG, MAP, recall, precision and MRR as MTEB computes them, with intervals; also writes "
-        "mteb_results.json",
+        "mteb_results.json. Repeat it for several tasks (--task scifact --task nfcorpus): the model is loaded once, "
+        "OUT/TASK/ is each task's audit and OUT/results.json the table across tasks with their mean",
+    )
+    p.add_argument(
+        "--all-tasks",
+        action="store_true",
+        help="audit every task under the data root ($CONTRASTLAB_DATA or ./data, as `contrastlab data` lists them), "
+        "as several --task",
     )
     p.add_argument("--split", help="with --task: the qrels split audited (default test)")
     p.add_argument("--out", help="output folder (default runs/audit-TIMESTAMP)")
@@ -1046,6 +1094,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             kept, rest, trailing = _split_arguments(subs[argv[0]], argv[1:])
             args, extra = parser.parse_known_args([argv[0], *kept])
             if extra:
+                if argv[0] == "audit":
+                    _refuse_tasks_with_spaces(argv[1:], extra)
                 _refuse_extra(subs[argv[0]].prog, extra, trailing)
             if argv[0] in ("audit", "mine"):  # an optional MODEL may stand right after an override's value
                 from contrastlab.audit import AuditConfig

@@ -1,7 +1,7 @@
 """``contrastlab compare A B [...]``: paired comparisons of audits on the same task(s), with what the data supports.
 
 Each argument is one *model*: an audit folder (``results.json`` of ``contrastlab audit``), or a folder whose
-sub-folders are audit folders, one per task. A model trained with several seeds is given as several *runs*:
+sub-folders are audit folders, one per task (as ``contrastlab audit --task A --task B`` writes them). A model trained with several seeds is given as several *runs*:
 ``NAME=RUN[,RUN…]`` (each RUN an audit folder or a folder of per-task audits), or a folder whose sub-folders
 are the runs (audits of the same task, or folders of per-task audits). The first model is the baseline;
 every other is compared with it on every task they share — and they must share all of them — query by query:
@@ -151,8 +151,33 @@ def _read_audit(folder: Path) -> AuditScores:
     )
 
 
+def _suite_audits(folder: Path) -> list[Path] | None:
+    """The per-task audit folders of an audit on several tasks (``contrastlab audit --task A --task B``), else None.
+
+    Such a folder's own ``results.json`` is the table across its tasks (``name`` ``audit_tasks``); its
+    ``tasks`` name the sub-folders, each a complete audit of one task.
+    """
+    path = folder / "results.json"
+    if not path.is_file():
+        return None
+    res = read_json_verified(path)
+    if res.get("name") != "audit_tasks":
+        return None
+    tasks = res.get("tasks")
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) and isinstance(t.get("folder"), str) for t in tasks):
+        raise ValueError(f"audits: {path} lists no per-task audit folders (tasks[].folder)")
+    return [folder / t["folder"] for t in tasks]
+
+
+def _is_one_audit(folder: Path) -> bool:
+    """Whether ``folder`` is the audit of one task or of pairs (not the folder of an audit on several tasks)."""
+    return (folder / "results.json").is_file() and _suite_audits(folder) is None
+
+
 def load_audits(model: str | Path) -> list[AuditScores]:
-    """A model's audits: the folder itself, or its sub-folders that hold results.json (sorted).
+    """A model's audits: the folder, an audit on several tasks' per-task audits, or the sub-folders with results.json.
+
+    Sub-folders are taken sorted by name.
 
     Raises:
         ValueError: the folder is missing or holds no audit; two audits of one model on the same task.
@@ -160,9 +185,13 @@ def load_audits(model: str | Path) -> list[AuditScores]:
     folder = Path(model)
     if not folder.is_dir():
         raise ValueError(f"audits: {folder} is not a folder")
-    if (folder / "results.json").is_file():
+    suite = _suite_audits(folder)
+    if suite is not None:
+        audits = [_read_audit(p) for p in suite]
+    elif (folder / "results.json").is_file():
         return [_read_audit(folder)]
-    audits = [_read_audit(p) for p in sorted(folder.iterdir()) if (p / "results.json").is_file()]
+    else:
+        audits = [_read_audit(p) for p in sorted(folder.iterdir()) if (p / "results.json").is_file()]
     if not audits:
         raise ValueError(f"audits: {folder} holds no results.json, nor sub-folders with one")
     keys = [a.key for a in audits]
@@ -191,9 +220,16 @@ def _run_folders(folder: Path) -> list[Path] | None:
     A folder of runs holds sub-folders that are audits of one task (each a run of that task) or folders of
     per-task audits (each a run of those tasks).
     """
+    if _suite_audits(folder) is not None:  # one run: an audit on several tasks
+        return None
     subs = [p for p in sorted(folder.iterdir()) if p.is_dir()]
-    audits = [p for p in subs if (p / "results.json").is_file()]
-    nested = [p for p in subs if p not in audits and any((c / "results.json").is_file() for c in p.iterdir())]
+    audits = [p for p in subs if _is_one_audit(p)]
+    nested = [
+        p
+        for p in subs
+        if p not in audits
+        and (_suite_audits(p) is not None or any((c / "results.json").is_file() for c in p.iterdir()))
+    ]
     if audits and nested:
         raise ValueError(f"audits: {folder} holds both audits and folders of audits; give the runs one way")
     if nested:

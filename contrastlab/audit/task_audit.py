@@ -104,8 +104,11 @@ def _fold(query_id: str, seed: int) -> int:
     return hashlib.sha256(f"tau-fold\x1f{seed}\x1f{query_id}".encode()).digest()[0] & 1
 
 
-def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
-    """Inputs stage: read the task, the word list and the model, draw the audited subset; bad input fails here."""
+def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator, *, encoder: Any = None) -> TaskInputs:
+    """Inputs stage: read the task, the word list and the model, draw the audited subset; bad input fails here.
+
+    ``encoder``: the text model already loaded for ``cfg`` (several tasks, one model); ``None`` loads it.
+    """
     assert cfg.task is not None
     if cfg.pairs is not None:
         raise ValueError("pairs: give a task or a pairs file, not both")
@@ -152,7 +155,7 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
     fold = np.array([_fold(q, cfg.seed) for q in task.query_ids], dtype=np.int64)
     return TaskInputs(
         task=task,
-        encoder=load_model(cfg),  # last: every defect of the task fails before the model loads
+        encoder=load_model(cfg) if encoder is None else encoder,  # last: a task's defect fails before the model loads
         documents=docs,
         judged=judged,
         pair_query=pair_query,
@@ -434,18 +437,28 @@ def mteb_results(
 
 
 def audit_task(
-    cfg: AuditConfig, out: Path, *, ray: Any, shards: int | None, engine: str, address: str | None, t0: float
+    cfg: AuditConfig,
+    out: Path,
+    *,
+    ray: Any,
+    shards: int | None,
+    engine: str,
+    address: str | None,
+    t0: float,
+    encoder: Any = None,
 ) -> dict[str, Any]:
     """The audit on ``cfg.task``: the five stages, then ``results.json``, ``mteb_results.json`` and the report.
 
-    ``ray``: a connected Ray module or ``None`` (the caller's engine session).
+    ``ray``: a connected Ray module or ``None`` (the caller's engine session). ``encoder``: the text model
+    already loaded for ``cfg`` (:func:`contrastlab.audit.task_suite.audit_tasks` loads it once for every
+    task); ``None`` loads it.
     """
     started = _dt.datetime.now(_dt.timezone.utc)
     rng = np.random.default_rng(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     stages: dict[str, float] = {"engine_s": time.perf_counter() - t0}
     t = time.perf_counter()
-    inputs = load_task_inputs(cfg, rng)
+    inputs = load_task_inputs(cfg, rng, encoder=encoder)
     stages["inputs_s"] = time.perf_counter() - t
     t = time.perf_counter()
     task = inputs.task

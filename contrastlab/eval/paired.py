@@ -22,6 +22,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from contrastlab.eval.bootstrap import stratified_bootstrap_mean
+
 __all__ = ["randomization_test", "bootstrap_difference", "stratified_bootstrap", "holm", "EXACT_LIMIT"]
 
 EXACT_LIMIT = 16
@@ -130,17 +132,7 @@ def stratified_bootstrap(
     if not pairs:
         raise ValueError("pairs must hold at least one task")
     ds = [_differences(a, b) for a, b in pairs]
-    gen = rng if rng is not None else np.random.default_rng(0)
-    means = np.zeros(n_boot)
-    for d in ds:
-        chunk = max(1, (1 << 22) // d.size)
-        for s in range(0, n_boot, chunk):
-            m = min(chunk, n_boot - s)
-            means[s : s + m] += d[gen.integers(0, d.size, size=(m, d.size))].mean(axis=1)
-    means /= len(ds)
-    centre = float(np.mean([d.mean() for d in ds]))
-    low, high = np.quantile(means, [0.025, 0.975])
-    return centre, float(low), float(high)
+    return stratified_bootstrap_mean(ds, n_boot, rng if rng is not None else np.random.default_rng(0))
 
 
 def holm(pvalues: Sequence[float]) -> np.ndarray:

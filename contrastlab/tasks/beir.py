@@ -30,7 +30,7 @@ from typing import Any
 from contrastlab.tasks.hub import hub_splits, is_hub_task, read_hub_parts
 from contrastlab.tasks.records import _lines, _read, _records
 
-__all__ = ["RetrievalTask", "read_beir_task", "beir_splits", "is_beir_task", "holdout"]
+__all__ = ["RetrievalTask", "read_beir_task", "beir_splits", "is_beir_task", "holdout", "task_folder", "tasks_under"]
 
 
 @dataclass(frozen=True)
@@ -151,6 +151,57 @@ def is_beir_task(path: str | Path) -> bool:
     return beir or is_hub_task(p)
 
 
+def tasks_under(root: str | Path | None = None) -> list[Path]:
+    """The task folders at ``root`` or one or two folders below it (``scifact``, ``cqadupstack/android``), sorted.
+
+    A folder is a task when it is in BEIR's or MTEB's hub layout (:func:`is_beir_task`);
+    hidden folders (a download's cache, an unfinished unpacking) are never tasks.
+
+    Args:
+        root: where to look (default ``$CONTRASTLAB_DATA`` or ``./data``).
+
+    Returns:
+        The task folders, ``root`` itself first when it is one; empty when ``root`` is not a folder.
+    """
+    from contrastlab.data.registry import default_data_root
+
+    base = default_data_root() if root is None else Path(root).expanduser()
+    if not base.is_dir():
+        return []
+    found = [base, *sorted(base.glob("*/")), *sorted(base.glob("*/*/"))]
+    found = [p for p in found if not any(part.startswith(".") for part in p.relative_to(base).parts)]
+    return [p for p in found if p.is_dir() and is_beir_task(p)]
+
+
+def task_folder(path: str | Path, split: str = "test") -> Path:
+    """The folder of a task and split, checked before anything is read: :func:`read_beir_task`'s first step.
+
+    Args:
+        path: a task folder, or the name of a task ``contrastlab data get`` fetched (looked up under the data
+            root, :func:`contrastlab.tasks.resolve.resolve_task_path`).
+        split: the qrels split that must be there.
+
+    Returns:
+        The folder.
+
+    Raises:
+        ValueError: a name not yet downloaded (naming the command that fetches it), a path that is not a
+            folder, a folder without ``split``.
+    """
+    from contrastlab.tasks.resolve import resolve_task_path
+
+    root = resolve_task_path(path)
+    if not root.is_dir():
+        raise ValueError(f"task: {root} is not a folder (a BEIR task has corpus.jsonl, queries.jsonl, qrels/)")
+    splits = beir_splits(root)
+    if not isinstance(split, str) or split not in splits:
+        raise ValueError(
+            f"split: {split!r} is not a split of {root} (qrels/{split}.tsv is missing); "
+            f"it has: {', '.join(splits) or 'no qrels/*.tsv'}"
+        )
+    return root
+
+
 def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = None) -> RetrievalTask:
     """Read and verify a retrieval task folder: BEIR's layout, or a local snapshot of MTEB's hub layout.
 
@@ -169,17 +220,7 @@ def read_beir_task(path: str | Path, split: str = "test", *, name: str | None = 
         ValueError: a missing folder, file or split, or a defect of a file's content, naming the file and line;
             a task name not yet downloaded names the command that fetches it.
     """
-    from contrastlab.tasks.resolve import resolve_task_path
-
-    root = resolve_task_path(path)
-    if not root.is_dir():
-        raise ValueError(f"task: {root} is not a folder (a BEIR task has corpus.jsonl, queries.jsonl, qrels/)")
-    splits = beir_splits(root)
-    if not isinstance(split, str) or split not in splits:
-        raise ValueError(
-            f"split: {split!r} is not a split of {root} (qrels/{split}.tsv is missing); "
-            f"it has: {', '.join(splits) or 'no qrels/*.tsv'}"
-        )
+    root = task_folder(path, split)
     if _has_tsv_qrels(root):  # BEIR's layout; without TSV qrels, a hub snapshot
         texts = {f: _read(root / f) for f in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv")}
         corpus = _jsonl(root / "corpus.jsonl", texts["corpus.jsonl"][0], ("_id", "text"), ("title",))

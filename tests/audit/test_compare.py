@@ -288,6 +288,26 @@ def test_runs_on_several_tasks_give_the_mean_over_tasks(tmp_path: Path) -> None:
     assert all(a["tasks"] == 2 and a["low"] <= a["high"] for a in res["across_tasks"])
 
 
+def _suite(folder: Path, tasks: list[str]) -> Path:
+    """The results.json an audit on several tasks writes at its top, reduced to what compare reads."""
+    write_json_atomic(folder / "results.json", {"name": "audit_tasks", "tasks": [{"folder": t} for t in tasks]})
+    return folder
+
+
+def test_audits_on_several_tasks_are_read_as_their_per_task_audits_alone_and_as_seeds(tmp_path: Path) -> None:
+    rng = np.random.default_rng(9)
+    for model, shift in (("A", 0.0), ("B", 0.03)):
+        for s in range(2):
+            for task in ("t1", "t2"):
+                scores = {k: np.clip(v + shift, 0, 1) for k, v in _scores(rng, 30).items()}
+                write_audit(tmp_path / model / f"seed{s}" / task, model, scores, name=task)
+            _suite(tmp_path / model / f"seed{s}", ["t1", "t2"])
+    one = compare([tmp_path / "A" / "seed0", tmp_path / "B" / "seed0"], tmp_path / "one", CFG)
+    assert one["runs"] == [1, 1] and {r["task"] for r in one["comparisons"]} == {"t1 (test)", "t2 (test)"}
+    seeds = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "seeds", CFG)  # a folder of such runs
+    assert seeds["runs"] == [2, 2] and all(a["tasks"] == 2 for a in seeds["across_tasks"])
+
+
 def test_runs_are_refused_in_one_line_when_they_do_not_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rng = np.random.default_rng(8)
     a = _seed_runs(tmp_path / "A", "MiniLM", rng, 3, 0.0)

@@ -144,11 +144,11 @@ def write_pairs(root: Path, n: int = 3) -> None:
 
 
 def write_task_source(root: Path, n: int = 3) -> None:
-    """``scifact-train/``: a BEIR folder (train split) of ``20 n`` made-up queries, one relevant document each,
+    """``scifact/``: a BEIR folder (train split) of ``20 n`` made-up queries, one relevant document each,
     under the name the example config reads (no SciFact text)."""
     import json
 
-    folder = root / "scifact-train"
+    folder = root / "scifact"
     (folder / "qrels").mkdir(parents=True, exist_ok=True)
     m = 20 * n
     docs = "".join(

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from contrastlab.eval.bootstrap import bootstrap_mean
+from contrastlab.eval.bootstrap import bootstrap_mean, stratified_bootstrap_mean
 
 
 def test_bootstrap_of_constant_values_is_that_constant() -> None:
@@ -43,3 +43,42 @@ def test_the_interval_is_the_quantiles_of_a_loop_over_resamples() -> None:
 def test_bad_input_is_named(values: np.ndarray, n_boot: int, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         bootstrap_mean(values, n_boot, np.random.default_rng(0))
+
+
+def test_the_stratified_interval_is_the_quantiles_of_a_loop_over_resamples_and_tasks() -> None:
+    gen = np.random.default_rng(5)
+    tasks = [gen.normal(size=30), gen.random(7), gen.normal(2.0, 1.0, size=12)]
+    mean, low, high = stratified_bootstrap_mean(tasks, 300, np.random.default_rng(9))
+    # the draws: each task in turn, all its resamples at once (each task's block is under 4M indices)
+    rng = np.random.default_rng(9)
+    idx = [rng.integers(0, v.size, size=(300, v.size)) for v in tasks]
+    means = [
+        float(np.mean([np.mean([v[j] for j in rows[b]]) for v, rows in zip(tasks, idx, strict=True)]))
+        for b in range(300)
+    ]
+    assert mean == pytest.approx(float(np.mean([np.mean(v) for v in tasks])), abs=1e-15)
+    assert (low, high) == pytest.approx(tuple(np.quantile(means, [0.025, 0.975])), abs=1e-12)
+
+
+def test_one_task_is_the_plain_bootstrap_and_every_task_weighs_the_same() -> None:
+    values = np.random.default_rng(3).random(25)
+    one = stratified_bootstrap_mean([values], 200, np.random.default_rng(4))
+    assert one == pytest.approx(bootstrap_mean(values, 200, np.random.default_rng(4)), abs=1e-15)
+    # a task of 2 queries weighs as much as one of 50: the centre is the mean of the two task means
+    mean, _, _ = stratified_bootstrap_mean([np.full(2, 1.0), np.zeros(50)], 10, np.random.default_rng(0))
+    assert mean == 0.5
+
+
+@pytest.mark.parametrize(
+    "values, n_boot, match",
+    [
+        ([], 10, "values must hold at least one task"),
+        ([np.zeros(3), np.zeros(0)], 10, r"values\[1\] must be a non-empty"),
+        ([np.zeros((2, 2))], 10, r"values\[0\] must be a non-empty"),
+        ([np.array([0.0, np.inf])], 10, r"values\[0\] must be finite"),
+        ([np.zeros(3)], 0, "n_boot must be an int >= 1"),
+    ],
+)
+def test_stratified_bad_input_is_named(values: list[np.ndarray], n_boot: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        stratified_bootstrap_mean(values, n_boot, np.random.default_rng(0))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from contrastlab.tasks import read_beir_task
+from contrastlab.tasks import read_beir_task, tasks_under
 from contrastlab.tasks.resolve import resolve_task_path
 from contrastlab.train.dataconf import ConfigError
 from contrastlab.train.sources_config import SourceConfig
@@ -76,3 +76,16 @@ def test_the_audit_command_names_the_fetch_command_in_one_line(
     assert code == 2 and "\n" not in err and "Traceback" not in err
     assert f"`contrastlab data get scifact --root {tmp_path / 'data'}`" in err
     assert not (tmp_path / "out").exists()
+
+
+def test_tasks_under_the_data_root_are_found_one_and_two_folders_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "data"
+    _task(root / "scifact")
+    _task(root / "cqadupstack" / "android")
+    _task(root / ".cache" / "scifact")  # a download's cache: never a task
+    (root / "notes").mkdir()
+    monkeypatch.setenv("CONTRASTLAB_DATA", str(root))
+    assert tasks_under() == [root / "scifact", root / "cqadupstack" / "android"]
+    assert tasks_under(tmp_path / "missing") == []
