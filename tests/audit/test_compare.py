@@ -123,7 +123,8 @@ def write_configured(folder: Path, model: str, scores: dict[str, np.ndarray], **
 
     write_audit(folder, model, scores)
     res = read_json_verified(folder / "results.json")
-    res["config"] = asdict(AuditConfig(task="/tasks/toy", **settings))
+    # an audit records the prompts it used (resolved from the model when not given): strings, never None
+    res["config"] = asdict(AuditConfig(task="/tasks/toy", **{"query_prompt": "", "document_prompt": "", **settings}))
     write_json_atomic(folder / "results.json", res)
     return folder
 
