@@ -41,6 +41,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         # the accuracy pass: every runtime encodes the texts once before the warm-up
         unit = {name: torch.nn.functional.normalize(run(name), dim=1).numpy() for name in encoders}
         wall, cpu, orders, round_loads = alternated_rounds(
-            {name: (lambda n=name: run(n)) for name in encoders}, args.repeats, args.warmup
+            {name: functools.partial(run, name) for name in encoders}, args.repeats, args.warmup
         )
         load_after = os.getloadavg()
         fidelity: dict[str, float] = {}
@@ -323,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         rate = len(texts) / statistics.median(wall[name])
         ratios = {b: round_ratios(wall, name, b) for b in baselines}
         cpu_ratios = {b: round_ratios(cpu, name, b) for b in baselines}
-        cos = float((unit[name] * unit[ref]).sum(1).min())
+        min_cos = float((unit[name] * unit[ref]).sum(1).min())
         err = float(np.abs(unit[name] - unit[ref]).max())
         results[name] = {
             "texts_per_s": rate,
@@ -332,11 +333,11 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_time_ratio": cpu_ratios,
             "wall_s": wall[name],
             "cpu_s": cpu[name],
-            "min_cosine": cos,
+            "min_cosine": min_cos,
             "max_abs_diff": err,
         }
         cells = "".join(f" {_fmt_ratio(ratios[b]):>30}" for b in baselines)
-        print(f"{name:<18} {rate:>9.1f}{cells} {f'max |Δ| {err:.1e}, cos ≥ {cos:.6f}':>30}")
+        print(f"{name:<18} {rate:>9.1f}{cells} {f'max |Δ| {err:.1e}, cos ≥ {min_cos:.6f}':>30}")
     if fidelity:
         print(f"int8 vs float32 export on {fidelity['texts']} unseen docstring paragraphs: mean cosine "
               f"{fidelity['mean_cosine']:.4f}, min {fidelity['min_cosine']:.4f}")  # fmt: skip
