@@ -38,6 +38,7 @@ from contrastlab.train.checkpoint import (
 from contrastlab.train.config import TrainConfig
 from contrastlab.train.dataconf import to_dict
 from contrastlab.train.grad_cache import cached_backward, check_row_independent
+from contrastlab.train.heap import trim_heap
 from contrastlab.train.objective import EmbeddingObjective, split_loss_output
 from contrastlab.train.schedule import LRSchedule
 
@@ -482,6 +483,8 @@ def fit(
                     grad_norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
                 scaler.step(optimizer)
                 scaler.update()
+                if config.trim_memory and device.type == "cpu":
+                    trim_heap()
                 done = step + 1
                 if distributed:
                     # one all-reduce per step: the global loss (mean of the ranks' shares) and whether
