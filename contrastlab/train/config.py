@@ -68,10 +68,11 @@ class TrainConfig:
     """show a progress bar with loss and throughput (only when stderr is a terminal)"""
     optim: OptimConfig = field(default_factory=OptimConfig)
     """optimiser and learning-rate schedule"""
-    trim_memory: bool = True
+    trim_memory: bool = False
     """on the CPU, give the heap's free pages back to the operating system after each step (glibc's
-    malloc_trim; :mod:`contrastlab.train.heap`), so the peak resident memory stays at one step's need instead of
-    growing with the heap's fragmentation; changes no computed value"""
+    malloc_trim; :mod:`contrastlab.train.heap`): the peak resident memory stays at one step's need instead of
+    growing with the heap's fragmentation, for the page faults of re-touching the freed memory in the next
+    step; changes no computed value"""
     embed_minibatch: int | None = None
     """gradient caching (Gao et al. 2021, arXiv 2101.06983): embed this many rows per forward pass and
     back-propagate the cached gradient of the loss (memory of one mini-batch's activations, one extra
