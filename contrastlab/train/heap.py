@@ -3,8 +3,8 @@
 A step on the CPU allocates and frees gigabytes of activations. glibc's allocator keeps freed chunks in its
 heap for reuse, and the next step, whose tensors come in other sizes and order (a text batch's length
 groups differ from step to step), cannot always reuse them: the resident set then grows with each step
-although the live memory does not. Measured on a MiniLM fine-tune of 8 steps (SciFact, batch 32, 256 tokens, 2 threads, one
-``contrastlab train`` run each, quiet machine): peak RSS 5.08 GiB and 87.5 s of CPU without the trim, 4.73 GiB
+although the live memory does not. Measured on a MiniLM fine-tune of 8 steps (SciFact, batch 32, 256
+tokens, 2 threads, one ``contrastlab train`` run each, quiet machine): peak RSS 5.08 GiB and 87.5 s of CPU without the trim, 4.73 GiB
 and 92.8 s with :func:`trim_heap` after every step (``train.trim_memory``) — the memory given back is faulted
 in again by the next step, which is what the extra CPU time pays for. ``malloc_trim(0)`` (glibc ≥ 2.8) returns
 the free pages of every arena, so each step starts from a heap holding only live memory. It changes no
