@@ -10,7 +10,7 @@ What a run does, for a :class:`~contrastlab.data.catalog.Download`:
 3. The whole file's MD5/SHA-256 is checked against the published value *before* anything is unpacked; a
    mismatch deletes the ``.part`` and is one error naming the file and both checksums.
 4. An archive is unpacked (members escaping the folder are refused, see :mod:`contrastlab.data.archives`)
-   into a hidden folder beside the target, ``<root>/.<target>.partial-XXXX``; its layout is checked (a task
+   into a hidden folder beside the target, ``<root>/.<target>.partial-<random suffix>``; its layout is checked (a task
    must hold ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/``; an image dataset the files its loader reads);
    the manifest is written last, and the folder is renamed to ``<root>/<target>`` in one step. A killed run
    leaves only hidden ``.partial`` folders (removed by the next run) and a resumable ``.part``: never a folder
