@@ -5,7 +5,7 @@ Shared by the gradient-caching benchmarks (``grad_cache_memory.py --encoder mini
 (``HF_HUB_OFFLINE=1``: nothing is downloaded). A row is one text as two int64 vectors of length
 ``L = max_seq_length``: its token ids and its attention mask, padded to ``L`` (every row the same
 length, so a row's embedding depends on its own tokens only and the cost of a row is fixed). The
-pairs are the train split of the default docstring code corpus (:mod:`contrastlab.data.code_corpus`:
+pairs are the train split of the default docstring code corpus (:mod:`contrastlab.data.text.code_corpus`:
 a docstring summary and its ``def`` line).
 """
 
@@ -52,7 +52,7 @@ def load_minilm(max_seq_length: int) -> tuple[MiniLM, object]:
 
 def tokenised_pairs(tokenizer: object, max_seq_length: int) -> np.ndarray:
     """The code corpus's train pairs as ``(N, 2, 2, L)`` int64: pair, (query, positive), (ids, mask), token."""
-    from contrastlab.data.code_corpus import build_code_corpus
+    from contrastlab.data.text.code_corpus import build_code_corpus
 
     rows = build_code_corpus().text_pairs("train").rows
     out = []

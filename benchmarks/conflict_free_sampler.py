@@ -20,7 +20,7 @@ import random
 
 from _common import interleaved_medians, machine, median, paired_ratio, set_threads  # type: ignore[import-not-found]
 
-from contrastlab.data.conflict_free import ConflictFreeSampler
+from contrastlab.data.text.conflict_free import ConflictFreeSampler
 
 
 def make_pairs(n: int, dup_fraction: float, seed: int) -> tuple[list[str], list[str]]:

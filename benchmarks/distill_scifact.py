@@ -83,10 +83,10 @@ def main() -> None:
     elif args.stage == "configs":
         import math
 
-        from contrastlab.data.text_pairs import read_text_pairs
-        from contrastlab.train.dataconf import dump_config, from_dict
-        from contrastlab.train.job_config import JobConfig
-        from contrastlab.train.teacher_scores import read_teacher_scores, scores_path
+        from contrastlab.config import dump_config, from_dict
+        from contrastlab.data.text.pairs import read_text_pairs
+        from contrastlab.data.text.teacher_scores import read_teacher_scores, scores_path
+        from contrastlab.train.job.config import JobConfig
 
         mined = args.work / "mined.jsonl"
         pairs = read_text_pairs(mined)

@@ -1,8 +1,8 @@
 """How much each false-negative rule keeps apart on a BEIR task's train split (counts, not timings).
 
 For every pair of rows (one row per qrel) it counts the pairs that hold a false negative of an anchor
-(:func:`contrastlab.data.conflict_free.false_negative_mask`), those that hold it one way only, and the pairs
-the conflict-free sampler keeps apart (:func:`contrastlab.data.conflict_free.conflicts`), without negative
+(:func:`contrastlab.data.text.conflict_free.false_negative_mask`), those that hold it one way only, and the pairs
+the conflict-free sampler keeps apart (:func:`contrastlab.data.text.conflict_free.conflicts`), without negative
 columns and with 3 random non-relevant documents per row; then the sampler's full batches per epoch at
 batch 32 and 128, and in ``mask`` mode how many true negatives plain batches keep in a pair with a false
 negative the other way. SciFact is CC BY-NC and is read from the shared folder; nothing is written.
@@ -18,12 +18,12 @@ import itertools
 import random
 from pathlib import Path
 
-from contrastlab.data.conflict_free import ConflictFreeSampler, conflicts, false_negative_mask
 from contrastlab.data.sampler import EpochSampler
-from contrastlab.data.text_pairs import TextPairs
+from contrastlab.data.text.conflict_free import ConflictFreeSampler, conflicts, false_negative_mask
+from contrastlab.data.text.pairs import TextPairs
 from contrastlab.tasks import read_beir_task
-from contrastlab.train.job_config import EncoderConfig, JobConfig
-from contrastlab.train.texts import row_keys
+from contrastlab.train.job.config import EncoderConfig, JobConfig
+from contrastlab.train.job.text_dataset import row_keys
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact-train"
 

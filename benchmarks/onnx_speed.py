@@ -68,7 +68,7 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16",
 
 def _texts(n: int) -> list[str]:
     """``n`` texts of the code corpus: docstring summaries and signatures alternately (varied lengths)."""
-    from contrastlab.data.code_corpus import build_code_corpus
+    from contrastlab.data.text.code_corpus import build_code_corpus
 
     pairs = build_code_corpus().pairs
     texts = [t for p in pairs for t in (p.query, p.positive)]

@@ -28,7 +28,7 @@ from _common import machine, print_table, set_threads
 
 def corpus_lines(n: int) -> list[str]:
     """``n`` documents of the docstring code corpus, cycled, one per line."""
-    from contrastlab.data.code_corpus import build_code_corpus
+    from contrastlab.data.text.code_corpus import build_code_corpus
 
     docs = [" ".join(p.positive.split()) for p in build_code_corpus().pairs]
     return [docs[i % len(docs)] for i in range(n)]

@@ -57,7 +57,7 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from contrastlab.train.checkpoint import load_checkpoint
+    from contrastlab.train.loop.checkpoint import load_checkpoint
 
     with tempfile.TemporaryDirectory(prefix="scale-train-") as tmp:
         base = Path(tmp)

@@ -31,11 +31,11 @@ from _common import machine, set_threads  # type: ignore[import-not-found]
 
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.train import OptimConfig, TrainConfig
-from contrastlab.train.dev_eval import DevSet, embed_texts, read_dev, retrieval_metrics
-from contrastlab.train.job import run_job
-from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig
-from contrastlab.train.select import DevConfig
-from contrastlab.train.sources_config import SourceConfig, SourcesConfig
+from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig
+from contrastlab.train.job.dev_metrics import DevSet, embed_texts, read_dev, retrieval_metrics
+from contrastlab.train.job.runner import run_job
+from contrastlab.train.job.select import DevConfig
+from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact-train"
 ARMS = ("sampler", "off")
@@ -115,8 +115,8 @@ def main() -> None:
     if args.quick:
         dev = dev_subset(dev, 20, 200)
     from contrastlab.models.text import TEXT_ENCODERS
-    from contrastlab.train.export import run_text_encoder
-    from contrastlab.train.text_sources import read_source
+    from contrastlab.train.job.export import run_text_encoder
+    from contrastlab.train.job.text_sources import read_source
 
     train_pairs = len(read_source(job(args, "off", 0, 1).data.sources.datasets[0], "data")) - 2  # 2 held out
     steps = args.steps or train_pairs // args.batch

@@ -43,7 +43,7 @@ SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str = "sampler"):
     """The ``contrastlab train`` job of the fine-tune."""
     from contrastlab.train import OptimConfig, TrainConfig
-    from contrastlab.train.job_config import (
+    from contrastlab.train.job.config import (
         DataConfig,
         EncoderConfig,
         EvalConfig,
@@ -51,7 +51,7 @@ def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str =
         LossConfig,
         TextDataConfig,
     )
-    from contrastlab.train.sources_config import SourceConfig, SourcesConfig
+    from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
 
     source = SourceConfig(path=str(args.task), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
     return JobConfig(
@@ -112,7 +112,7 @@ def main() -> int:
     from contrastlab.audit import AuditConfig
     from contrastlab.audit.compare import CompareConfig, compare
     from contrastlab.audit.run import audit
-    from contrastlab.train.job import run_job
+    from contrastlab.train.job.runner import run_job
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

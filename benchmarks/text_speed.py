@@ -60,7 +60,7 @@ def _corpus_pairs(n: int) -> list[tuple[str, str]]:
     The standard library's public definitions first; the installed packages' and private ones only
     when more are needed (they take longer to parse).
     """
-    from contrastlab.data.code_corpus import CODE_SOURCES, CodeCorpusConfig, build_code_corpus
+    from contrastlab.data.text.code_corpus import CODE_SOURCES, CodeCorpusConfig, build_code_corpus
 
     for cfg in (CodeCorpusConfig(), CodeCorpusConfig(sources=tuple(CODE_SOURCES), include_private=True)):
         seen: set[str] = set()
@@ -112,7 +112,7 @@ def part_step(args: argparse.Namespace) -> None:
     from transformers import PrinterCallback, TrainerCallback
 
     from contrastlab.adapters.sentence_transformers import ContrastlabLoss
-    from contrastlab.data.text_pairs import TextPairs
+    from contrastlab.data.text.pairs import TextPairs
     from contrastlab.losses import InfoNCELoss
 
     base = _load(args.max_seq_length)

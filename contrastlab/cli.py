@@ -103,7 +103,7 @@ def _split_arguments(
 
 def _refuse_extra(prog: str, extra: Sequence[str], trailing: dict[str, list[str]]) -> NoReturn:
     """Raise the one-line error for arguments no parser took: a list written with spaces is named as such."""
-    from contrastlab.train.dataconf import LIST_FORMS
+    from contrastlab.config import LIST_FORMS
 
     for flag, values in trailing.items():
         if any(x in values[1:] for x in extra):
@@ -153,7 +153,7 @@ def _refuse_a_number_taken_for_the_model(
 
 
 def _fields_help(cls: type) -> str:
-    from contrastlab.train.dataconf import LIST_FORMS, describe_fields
+    from contrastlab.config import LIST_FORMS, describe_fields
 
     rows = describe_fields(cls)
     width = max((len(n) for n, _, _ in rows), default=0)
@@ -165,8 +165,8 @@ def _fields_help(cls: type) -> str:
 
 
 def _load_job(path: str, overrides: Sequence[str]) -> Any:
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.config import apply_overrides, parse_overrides, read_config
+    from contrastlab.train.job.config import JobConfig
 
     cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
@@ -176,7 +176,7 @@ def _cmd_train(args: argparse.Namespace, rest: list[str]) -> int:
     from dataclasses import replace
 
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.job import run_job
+    from contrastlab.train.job.runner import run_job
 
     cfg = _load_job(args.config, rest)
     if args.quiet:
@@ -241,12 +241,12 @@ def _train_on_ray(args: argparse.Namespace, cfg: Any, out: Path) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.config import read_config
     from contrastlab.io import write_json_atomic
-    from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import build_encoder, build_source, check_job, make_eval_fn
-    from contrastlab.train.job_config import JobConfig
-    from contrastlab.train.trainer import resolve_device
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.runner import build_encoder, build_source, check_job, make_eval_fn
+    from contrastlab.train.loop.checkpoint import latest_checkpoint
+    from contrastlab.train.loop.trainer import resolve_device
 
     if rest:
         raise UsageError(f"eval: unexpected arguments {' '.join(rest)}")
@@ -281,7 +281,7 @@ def _cmd_export(args: argparse.Namespace, rest: list[str]) -> int:
     if rest:
         raise UsageError(f"export: unexpected arguments {' '.join(rest)}")
     if args.st is not None:
-        from contrastlab.train.export import export_run
+        from contrastlab.train.job.export import export_run
 
         if args.max_seq_length is not None or args.int8 is not None:
             raise UsageError("export: --max-seq-length and --int8 go with --onnx, not --st")
@@ -327,11 +327,11 @@ def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict
 
     An experiment with ``OWN_PROGRESS`` (the demo) shows its own board; under torchrun only rank 0 shows one.
     """
+    from contrastlab.config import to_dict
     from contrastlab.distributed import rank
     from contrastlab.experiments import default_out_dir, get_experiment, resolve_config, run_experiment
     from contrastlab.experiments._durations import recorded_seconds
     from contrastlab.progress import Board, Task
-    from contrastlab.train.dataconf import to_dict
 
     if getattr(get_experiment(name), "OWN_PROGRESS", False):
         return run_experiment(name, None, out_arg, quick=quick, overrides=overrides)
@@ -354,8 +354,8 @@ def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict
 
 
 def _cmd_run(args: argparse.Namespace, rest: list[str], parser: argparse.ArgumentParser) -> int:
+    from contrastlab.config import parse_overrides
     from contrastlab.experiments import describe_experiments, list_experiments
-    from contrastlab.train.dataconf import parse_overrides
 
     names = list_experiments()
     if args.list:
@@ -465,8 +465,8 @@ def _refuse_a_list_in_one_task(tasks: Sequence[str]) -> None:
 def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit import QUICK, AuditConfig
     from contrastlab.audit.run import audit
+    from contrastlab.config import apply_overrides, parse_overrides
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     overrides: dict[str, Any] = dict(parse_overrides(rest))
     if args.model is not None:
@@ -518,8 +518,8 @@ def _cmd_audit(args: argparse.Namespace, rest: list[str]) -> int:
 
 def _cmd_compare(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit.compare import CompareConfig, compare
+    from contrastlab.config import apply_overrides, parse_overrides
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     try:
         cfg = apply_overrides(CompareConfig(), dict(parse_overrides(rest)))
@@ -596,9 +596,9 @@ def _cmd_encode(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _cmd_mine(args: argparse.Namespace, rest: list[str]) -> int:
+    from contrastlab.config import apply_overrides, parse_overrides
     from contrastlab.mine import MineConfig, mine_pairs
     from contrastlab.scale.cluster import Engine
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     overrides: dict[str, Any] = dict(parse_overrides(rest))
     for name in ("model", "pairs"):
@@ -813,7 +813,7 @@ def _build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.Argumen
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subs: dict[str, argparse.ArgumentParser] = {}
 
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.train.job.config import JobConfig
 
     p = sub.add_parser(
         "train",
@@ -1084,9 +1084,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "search":
         return _cmd_search(argv[1:])
+    from contrastlab.config import ConfigError
     from contrastlab.io import CorruptFileError
-    from contrastlab.train.checkpoint import CheckpointError, CheckpointWarning
-    from contrastlab.train.dataconf import ConfigError
+    from contrastlab.train.loop.checkpoint import CheckpointError, CheckpointWarning
 
     try:
         parser, subs = _build_parser()

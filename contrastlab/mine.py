@@ -1,6 +1,6 @@
 """``contrastlab mine``: hard negatives for a pairs file, written as a pairs file with negative columns.
 
-Reads (anchor, positive) rows (:func:`~contrastlab.data.text_pairs.read_text_pairs`: TSV, CSV, JSONL or a
+Reads (anchor, positive) rows (:func:`~contrastlab.data.text.pairs.read_text_pairs`: TSV, CSV, JSONL or a
 saved dataset folder) and a model — the bundled ``minilm``, a sentence-transformers or Hugging Face
 folder, a name in the local Hugging Face cache (:func:`~contrastlab.audit.inputs.load_model`), or a
 ``.npy`` of ``(2P, D)`` embeddings (the P anchors, then their P positives, in the file's order) — and
@@ -23,7 +23,7 @@ draws them (Python's ``random.Random(seed)``, one draw per query in order, as it
 rows whose anchor kept all K; ``triplet`` writes one ``anchor, positive, negative`` row per negative
 found. ``contrastlab train`` (``data.text.path``) and the sentence-transformers bridge read the output as
 it is. With ``teacher`` a second model scores each written row's positive and negatives (cosine), written
-to ``OUT.teacher.jsonl`` (:mod:`contrastlab.train.teacher_scores`) for the distillation losses
+to ``OUT.teacher.jsonl`` (:mod:`contrastlab.data.text.teacher_scores`) for the distillation losses
 (``data.text.teacher_scores``).
 
 One filter is contrastlab's own: ``max_probability`` drops a candidate c whose softmax-search probability
@@ -50,9 +50,9 @@ from torch import Tensor
 
 from contrastlab import __version__
 from contrastlab._checks import check_int
+from contrastlab.config import ConfigError, check_fields, to_dict
 from contrastlab.io import sha256_file, write_json_atomic
 from contrastlab.scale.cluster import Engine
-from contrastlab.train.dataconf import ConfigError, check_fields, to_dict
 
 __all__ = ["MineConfig", "mine_pairs", "default_range_max", "SIDECAR_SUFFIX", "sidecar_path"]
 
@@ -216,10 +216,10 @@ def _embeddings(config: MineConfig, anchors: list[str], documents: list[str], ro
 
 
 def _teacher_scores(config: MineConfig, rows: list[tuple[str, ...]]) -> np.ndarray:
-    """The teacher's ``(R, 1 + K)`` cosine scores of the written rows (:func:`contrastlab.train.teacher_scores.score_rows`)."""
+    """The teacher's ``(R, 1 + K)`` cosine scores of the written rows (:func:`contrastlab.data.text.teacher_scores.score_rows`)."""
     from contrastlab.audit import AuditConfig
     from contrastlab.audit.inputs import encode_texts, load_model
-    from contrastlab.train.teacher_scores import score_rows
+    from contrastlab.data.text.teacher_scores import score_rows
 
     audit = AuditConfig(
         model=str(config.teacher), device=config.device, max_seq_length=config.max_seq_length, progress=False
@@ -283,7 +283,7 @@ def mine_pairs(
             small for ``num_negatives`` + ``range_min``.
         RuntimeError: no anchor kept a negative (nothing to write).
     """
-    from contrastlab.data.text_pairs import PAIR_FORMATS, TextPairs, read_text_pairs, write_text_pairs
+    from contrastlab.data.text.pairs import PAIR_FORMATS, TextPairs, read_text_pairs, write_text_pairs
 
     out = Path(out)
     if out.suffix.lower() not in PAIR_FORMATS:
@@ -328,7 +328,7 @@ def mine_pairs(
     columns = ("anchor", "positive", "negative") if config.output_format == "triplet" else ()
     write_text_pairs(TextPairs(tuple(out_rows), columns, out.name), out)
     if scores is not None:
-        from contrastlab.train.teacher_scores import scores_path, write_teacher_scores
+        from contrastlab.data.text.teacher_scores import scores_path, write_teacher_scores
 
         write_teacher_scores(scores_path(out), out_rows, scores, str(config.teacher))
     summary: dict[str, Any] = {

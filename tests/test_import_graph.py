@@ -142,15 +142,15 @@ def package_name(package: Path) -> str:
 
 def test_train_job_layers_run_one_way():
     """configs ← data source ← dataset builders ← runner: no lower layer imports a higher one, even for types."""
-    graph = module_graph(ROOT / "train")
+    graph = module_graph(ROOT / "train" / "job")
     layers = [
-        {"contrastlab.train.job_config", "contrastlab.train.data_source"},
-        {"contrastlab.train.pairs", "contrastlab.train.texts"},
-        {"contrastlab.train.sources"},
-        {"contrastlab.train.job"},
+        {"contrastlab.train.job.config", "contrastlab.train.job.data_source"},
+        {"contrastlab.train.job.feature_pairs", "contrastlab.train.job.text_dataset"},
+        {"contrastlab.train.job.datasets"},
+        {"contrastlab.train.job.runner"},
     ]
     for i, layer in enumerate(layers):
         above = set().union(*layers[i + 1 :])
         for module in layer:
             assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}"
-    assert "contrastlab.train.job_config" in graph["contrastlab.train.sources"]  # a real import, not type-only
+    assert "contrastlab.train.job.config" in graph["contrastlab.train.job.datasets"]  # a real import, not type-only

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from contrastlab import cli
-from contrastlab.data.text_pairs import read_text_pairs
+from contrastlab.data.text.pairs import read_text_pairs
 
 P, M, D = 90, 80, 8  # 90 pairs over 80 distinct documents: some anchors have two positives
 
@@ -158,9 +158,9 @@ def test_softmax_probability_filter_against_brute_force(tmp_path: Path) -> None:
 
 
 def test_output_feeds_training_and_the_sentence_transformers_bridge(tmp_path: Path) -> None:
-    from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job_config import JobConfig
-    from contrastlab.train.sources import DATA_BUILDERS
+    from contrastlab.config import from_dict
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.datasets import DATA_BUILDERS
 
     pairs, emb, _ = _world(tmp_path)
     for name in ("out.jsonl", "out.csv", "out.tsv"):
@@ -236,9 +236,9 @@ def test_the_bundled_minilm_mines_a_text_file(tmp_path: Path) -> None:
 
 def test_the_probability_filters_temperature_is_printed_and_recorded_beside_the_output(tmp_path: Path, capsys) -> None:
     """The summary line names max_probability and the τ it is taken at; the sidecar holds every option."""
+    from contrastlab.config import to_dict
     from contrastlab.io import read_json_verified, sha256_file
     from contrastlab.mine import MineConfig, sidecar_path
-    from contrastlab.train.dataconf import to_dict
 
     pairs, emb, _ = _world(tmp_path, seed=1)
     capsys.readouterr()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contrastlab.data.code_corpus import CODE_SOURCES, SPLITS
+from contrastlab.data.text.code_corpus import CODE_SOURCES, SPLITS
 
 __all__ = ["AuditConfig", "QUICK"]
 
@@ -83,7 +83,7 @@ class AuditConfig:
     """with compress: bits per product-quantizer code, in [1, 16] (at least 39·2^bits documents to train on); 0 = the largest of 8, 6, 4 trainable on the documents searched"""
 
     def __post_init__(self) -> None:
-        from contrastlab.train.dataconf import check_fields
+        from contrastlab.config import check_fields
 
         check_fields(self)
         for name in (

@@ -1,7 +1,7 @@
 """What ``contrastlab audit`` reads: the pairs to search with, and the model that embeds them.
 
-Pairs are (query, document): the docstring code corpus (:mod:`contrastlab.data.code_corpus`) by default,
-or a pairs file (:func:`contrastlab.data.text_pairs.read_text_pairs`; its distinct second-column texts
+Pairs are (query, document): the docstring code corpus (:mod:`contrastlab.data.text.code_corpus`) by default,
+or a pairs file (:func:`contrastlab.data.text.pairs.read_text_pairs`; its distinct second-column texts
 are the documents). Each pair has a split: the code corpus's own; for a file, a contrastlab run or a
 ``.npy``, a fixed hash of the query (text, or row number) puts 20% in ``valid`` (where the temperature is
 fitted) and the rest is audited.
@@ -14,7 +14,7 @@ Models:
   cache — always ``local_files_only``, so nothing is downloaded;
 * a contrastlab run folder (``config.json`` and a checkpoint, written by ``contrastlab train``): its
   encoder on its own held-out pairs (anchor → positive), or — a text run — on a pairs file, like any text
-  model (:func:`contrastlab.train.export.run_text_encoder`);
+  model (:func:`contrastlab.train.job.export.run_text_encoder`);
 * an ONNX export folder (``contrastlab export MODEL --onnx OUT``; its ``onnx.json`` and every file it
   lists verified first): the exported text model run by onnxruntime
   (:class:`~contrastlab.export.runtime.OnnxTextEncoder`), tokenised as sentence-transformers does;
@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from contrastlab.audit.config import AuditConfig
-from contrastlab.data.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
+from contrastlab.data.text.code_corpus import CodeCorpusConfig, build_code_corpus, split_of
 from contrastlab.models.text import hf_progress_bars, use_sdpa
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _code_corpus_pairs(config: AuditConfig, progress: bool) -> AuditPairs:
 
 
 def _file_pairs(path: str) -> AuditPairs:
-    from contrastlab.data.text_pairs import read_text_pairs
+    from contrastlab.data.text.pairs import read_text_pairs
 
     try:
         pairs = read_text_pairs(path)
@@ -123,12 +123,12 @@ def _is_run_folder(p: Path) -> bool:
 
 def _run_pairs(path: Path, device: str) -> AuditPairs:
     """A contrastlab run's encoder on its held-out (anchor, positive) pairs."""
+    from contrastlab.config import from_dict
     from contrastlab.io import read_json_verified
-    from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import build_encoder, embed_rows
-    from contrastlab.train.job_config import JobConfig
-    from contrastlab.train.sources import DATA_BUILDERS
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.datasets import DATA_BUILDERS
+    from contrastlab.train.job.runner import build_encoder, embed_rows
+    from contrastlab.train.loop.checkpoint import latest_checkpoint
 
     cfg = from_dict(JobConfig, read_json_verified(path / "config.json"))
     state = latest_checkpoint(path)
@@ -342,7 +342,7 @@ def _run_text_model(path: Path, config: AuditConfig) -> TextEncoder:
     """The fine-tuned encoder of a text run of ``contrastlab train`` as an audit model."""
     from sentence_transformers import SentenceTransformer
 
-    from contrastlab.train.export import run_text_encoder
+    from contrastlab.train.job.export import run_text_encoder
 
     with hf_progress_bars(config.progress):
         encoder, _, step = run_text_encoder(path, device=config.device)

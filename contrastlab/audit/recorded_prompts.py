@@ -1,7 +1,7 @@
 """The prompts a model records, read back where it is used: ``contrastlab audit``, ``mine`` and ``encode``.
 
 A text run of ``contrastlab train`` records the strings it put before each query and each document
-(:class:`~contrastlab.train.prompts.PromptsConfig`) in its ``config.json``, and its sentence-transformers
+(:class:`~contrastlab.train.job.prompts.PromptsConfig`) in its ``config.json``, and its sentence-transformers
 folder (``RUN/model``, or ``contrastlab export RUN --st OUT``) saves them as the model's ``prompts`` in
 ``config_sentence_transformers.json``. :func:`recorded_prompts` reads them from either; a
 sentence-transformers folder's document prompt is the first of ``document``, ``passage`` and ``corpus``
@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from contrastlab.audit.inputs import _is_run_folder
-from contrastlab.train.prompts import PromptsConfig
+from contrastlab.train.job.prompts import PromptsConfig
 
 __all__ = ["recorded_prompts", "resolve_prompts", "ST_CONFIG", "DOCUMENT_PROMPT_NAMES"]
 

@@ -63,7 +63,7 @@ def read_word_list(path: str | Path) -> list[str]:
         ValueError: naming the argument ``words``: a missing file, not UTF-8, an empty line, a line that
             repeats an earlier one, fewer than 3 lines.
     """
-    from contrastlab.data.text_pairs import _decode, _lines
+    from contrastlab.data.text.pairs import _decode, _lines
 
     p = Path(path)
     if not p.is_file():

@@ -100,7 +100,7 @@ def resolve_config(
     Raises:
         contrastlab.train.ConfigError: unknown or ill-typed fields, named.
     """
-    from contrastlab.train.dataconf import apply_overrides, from_dict, to_dict
+    from contrastlab.config import apply_overrides, from_dict, to_dict
 
     module = get_experiment(name)
     base = module.QUICK if quick else module.Config()
@@ -177,8 +177,8 @@ def run_experiment(
         ValueError: unknown experiment; contrastlab.train.ConfigError: bad config fields.
     """
     import contrastlab
+    from contrastlab.config import to_dict
     from contrastlab.io import write_json_atomic
-    from contrastlab.train.dataconf import to_dict
 
     module = get_experiment(name)
     cfg = resolve_config(name, config, quick=quick, overrides=overrides)

@@ -215,7 +215,7 @@ OWN_PROGRESS = True
 
 def _audit_config(config: Config) -> dict[str, Any]:
     """The fields that decide part 1 (the audit), as recorded in ``audit/results.json``."""
-    from contrastlab.train.dataconf import to_dict
+    from contrastlab.config import to_dict
 
     return {k: v for k, v in to_dict(config).items() if k not in ("papers", "workers")}
 
@@ -230,11 +230,11 @@ def run(config: Config, out_dir: Path) -> dict:
     """
     from rich.console import Console
 
+    from contrastlab.config import to_dict
     from contrastlab.experiments._durations import recorded_seconds
     from contrastlab.experiments._parallel import Job, run_in_workers
     from contrastlab.progress import Board, Task
     from contrastlab.report import write_report
-    from contrastlab.train.dataconf import to_dict
 
     main_dir = out_dir / "audit"
     audit_cfg = _audit_config(config)

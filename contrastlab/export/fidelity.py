@@ -1,7 +1,7 @@
 """How close a quantized export's embeddings are to the float32 export's, on text no test or corpus uses.
 
 The text is prose from the Python standard library's docstrings that the code corpus
-(:mod:`contrastlab.data.code_corpus`, the audit's and the benchmarks' default text) never reads: every
+(:mod:`contrastlab.data.text.code_corpus`, the audit's and the benchmarks' default text) never reads: every
 paragraph of a module's docstring, and the paragraphs *after the first* of a function's or class's
 docstring (the corpus keeps only the first, as its queries). Paragraphs with code (``>>>`` or indented
 lines) are skipped; those of ``min_words`` to ``max_words`` words are kept once each, whitespace
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from contrastlab.data.code_corpus import _module_name, _parse, _python_files
+from contrastlab.data.text.code_corpus import _module_name, _parse, _python_files
 from contrastlab.export.runtime import OnnxTextEncoder
 
 __all__ = ["docstring_paragraphs", "export_cosines"]

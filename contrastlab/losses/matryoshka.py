@@ -27,7 +27,7 @@ labels) and everything the inner loss gets by keyword (``positive_mask``, ``weig
 through unchanged; bind them with ``functools.partial`` (or call :class:`MatryoshkaLoss` with keywords).
 
 Exactness: the sum is computed from the same embeddings at every width, so it depends on the model only
-through them. Gradient caching (:mod:`contrastlab.train.grad_cache`) therefore stays exact, and so does
+through them. Gradient caching (:mod:`contrastlab.train.loop.grad_cache`) therefore stays exact, and so does
 ``gather=True``: each width's share is the inner loss's own share of the global loss, and a weighted sum
 of shares is the share of the weighted sum.
 """

@@ -9,7 +9,7 @@
   ``transformers`` folder (``config.json``; sentence-transformers puts mean pooling over the tokens on it).
 
 Nothing is downloaded: models load with ``local_files_only`` and ``HF_HUB_OFFLINE=1``. The encoder
-takes the ``(N, L)`` code-point rows of :mod:`contrastlab.data.text_codes`, turns them back into
+takes the ``(N, L)`` code-point rows of :mod:`contrastlab.data.text.codes`, turns them back into
 strings, tokenises them (truncated to ``max_seq_length`` tokens) and returns the pooled ``(N, D)``
 sentence embedding *before* any final ``Normalize`` module of the model: the contrastive losses
 normalise themselves (``loss.normalize``), and the norm is kept for the diagnostics that read it.
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from contrastlab.data.text_codes import codes_to_texts
+from contrastlab.data.text.codes import codes_to_texts
 
 __all__ = [
     "GROUP_COST_TOKENS",
@@ -127,7 +127,7 @@ class TransformerTextEncoder(nn.Module):
         description: what was loaded (for logs and results).
 
     Shape:
-        codes: ``(N, L)`` integer rows of :func:`~contrastlab.data.text_codes.texts_to_codes`.
+        codes: ``(N, L)`` integer rows of :func:`~contrastlab.data.text.codes.texts_to_codes`.
         Returns ``(N, D)`` embeddings, ``D = embed_dim``.
     """
 

@@ -1,6 +1,6 @@
 """Training that survives a lost worker: the ``contrastlab train`` job under Ray Train.
 
-:func:`train_on_ray` runs :func:`~contrastlab.train.job.run_job` on ``workers`` Ray Train workers (Ray Train
+:func:`train_on_ray` runs :func:`~contrastlab.train.job.runner.run_job` on ``workers`` Ray Train workers (Ray Train
 V2's ``TorchTrainer``, the default of the pinned Ray, imported by its V2 path). Ray Train starts one actor per
 rank (one CPU each), joins them in a torch.distributed process group (gloo on CPU) and calls the job on every
 rank, which then runs exactly as under ``torchrun``: the same :func:`~contrastlab.train.fit`, every rank
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job.runner import JobConfig
 
 __all__ = ["RayTrainFailed", "WorkerTask", "cluster_cpus", "check_workers", "train_on_ray", "run_worker"]
 
@@ -64,7 +64,7 @@ def run_worker(task: WorkerTask) -> None:
 
     Ray Train has already initialised the process group, so :mod:`contrastlab.distributed` sees this rank.
     """
-    from contrastlab.train.job import run_job
+    from contrastlab.train.job.runner import run_job
 
     os.chdir(task.cwd)
     os.environ.update(dict(task.env))
@@ -136,7 +136,7 @@ def train_on_ray(
     """Run the job on ``workers`` Ray Train workers, restarting the group from the last checkpoint when one fails.
 
     Ray must already be initialised (connected to the cluster the workers run on). Before any worker starts,
-    the combination is checked and the encoder built here, as :func:`~contrastlab.train.job.run_job` does,
+    the combination is checked and the encoder built here, as :func:`~contrastlab.train.job.runner.run_job` does,
     so that a bad config fails once with its own error instead of once per attempt.
 
     Args:
@@ -157,8 +157,8 @@ def train_on_ray(
     """
     from contrastlab.io import read_json_verified
     from contrastlab.scale.cluster import import_ray
-    from contrastlab.train.checkpoint import discard_checkpoints, latest_checkpoint
-    from contrastlab.train.job import DATA_BUILDERS, build_encoder, check_job
+    from contrastlab.train.job.runner import DATA_BUILDERS, build_encoder, check_job
+    from contrastlab.train.loop.checkpoint import discard_checkpoints, latest_checkpoint
 
     if isinstance(max_failures, bool) or not isinstance(max_failures, int) or max_failures < -1:
         raise ValueError(f"max_failures must be an integer >= -1 (-1: no limit), got {max_failures!r}")

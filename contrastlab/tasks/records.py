@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from contrastlab.data.text_pairs import _decode
+from contrastlab.data.text.pairs import _decode
 
 __all__: list[str] = []
 

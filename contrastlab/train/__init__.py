@@ -2,14 +2,10 @@
 
 ``fit(model, loss_fn, batch_at, TrainConfig(...), out_dir=..., resume=...)`` trains; batch sources
 are pure functions of the step (:class:`EpochSampler`, :func:`step_generator`); configs are frozen
-dataclasses validated field by field (:mod:`contrastlab.train.dataconf`).
+dataclasses validated field by field (:mod:`contrastlab.config`).
 """
 
-from contrastlab.data.sampler import EpochSampler, step_generator
-from contrastlab.train.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
-from contrastlab.train.config import OptimConfig, TrainConfig
-from contrastlab.train.data_source import DataSource
-from contrastlab.train.dataconf import (
+from contrastlab.config import (
     ConfigError,
     apply_overrides,
     dump_config,
@@ -17,13 +13,17 @@ from contrastlab.train.dataconf import (
     load_config_file,
     to_dict,
 )
-from contrastlab.train.grad_cache import cached_backward
-from contrastlab.train.job import run_job
-from contrastlab.train.job_config import JobConfig
-from contrastlab.train.objective import EmbeddingObjective
-from contrastlab.train.schedule import LRSchedule, lr_factor
-from contrastlab.train.sources import DATA_BUILDERS
-from contrastlab.train.trainer import Stateful, TrainResult, fit, resolve_device
+from contrastlab.data.sampler import EpochSampler, step_generator
+from contrastlab.train.job.config import JobConfig
+from contrastlab.train.job.data_source import DataSource
+from contrastlab.train.job.datasets import DATA_BUILDERS
+from contrastlab.train.job.runner import run_job
+from contrastlab.train.loop.checkpoint import CheckpointError, latest_checkpoint, load_checkpoint, save_checkpoint
+from contrastlab.train.loop.config import OptimConfig, TrainConfig
+from contrastlab.train.loop.grad_cache import cached_backward
+from contrastlab.train.loop.objective import EmbeddingObjective
+from contrastlab.train.loop.schedule import LRSchedule, lr_factor
+from contrastlab.train.loop.trainer import Stateful, TrainResult, fit, resolve_device
 
 __all__ = [
     "fit",

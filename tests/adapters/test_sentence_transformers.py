@@ -8,7 +8,7 @@ pytest.importorskip("sentence_transformers")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from contrastlab.adapters.sentence_transformers import SUPPORTED_LOSSES, ContrastlabLoss  # noqa: E402
-from contrastlab.data.text_pairs import TextPairs  # noqa: E402
+from contrastlab.data.text.pairs import TextPairs  # noqa: E402
 from contrastlab.losses import (  # noqa: E402
     InfoNCELoss,
     LearnableTemperature,

@@ -12,9 +12,9 @@ import torch
 from contrastlab import cli
 from contrastlab.io import read_json_verified
 from contrastlab.train import TrainConfig
-from contrastlab.train.job import run_job
-from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig
-from contrastlab.train.prompts import PromptsConfig
+from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig
+from contrastlab.train.job.prompts import PromptsConfig
+from contrastlab.train.job.runner import run_job
 from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrastlab.train.checkpoint import load_checkpoint
+from contrastlab.train.loop.checkpoint import load_checkpoint
 
 CONFIG = """
 data: {name: sphere, latent_dim: 4, mixing: mlp, batch_size: 64}

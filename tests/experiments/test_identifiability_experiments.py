@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from contrastlab.config import field_docs
 from contrastlab.experiments import (
     _latent_cl,
     constraint_ratio,
@@ -16,7 +17,6 @@ from contrastlab.experiments import (
     validate_results,
 )
 from contrastlab.experiments._latent_cl import LatentRun, interval95, run_cached, train_latent
-from contrastlab.train.dataconf import field_docs
 
 
 def test_registered() -> None:

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("onnxruntime")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from contrastlab.data.code_corpus import build_code_corpus, normalise_text  # noqa: E402
+from contrastlab.data.text.code_corpus import build_code_corpus, normalise_text  # noqa: E402
 from contrastlab.export import export_model, load_onnx, quantize_int8  # noqa: E402
 from contrastlab.export.fidelity import docstring_paragraphs, export_cosines  # noqa: E402
 from tests.models.text_models import write_tiny_bert  # noqa: E402

@@ -198,9 +198,9 @@ def test_each_own_encoder_is_exported_and_compared(name: str, tmp_path: Path) ->
 
 def test_a_trained_run_folder_is_exported_from_the_command_line(tmp_path: Path) -> None:
     from contrastlab.train import TrainConfig
-    from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.job import DATA_BUILDERS, build_encoder, run_job
-    from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig
+    from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig
+    from contrastlab.train.job.runner import DATA_BUILDERS, build_encoder, run_job
+    from contrastlab.train.loop.checkpoint import latest_checkpoint
 
     cfg = JobConfig(
         data=DataConfig(latent_dim=3, batch_size=16, mixing="linear"),

@@ -321,8 +321,8 @@ def test_gather_over_two_ranks_is_exact():
 
 def test_registered_and_trainable_through_the_job_with_its_bias_field():
     from contrastlab.losses import LOSSES
-    from contrastlab.train.job import call_loss
-    from contrastlab.train.job_config import LossConfig
+    from contrastlab.train.job.config import LossConfig
+    from contrastlab.train.job.runner import call_loss
 
     assert LOSSES["siglip"] is siglip
     cfg = LossConfig(name="siglip", temperature=0.2, bias=-3.0)

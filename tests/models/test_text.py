@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrastlab.data.text_codes import texts_to_codes
+from contrastlab.data.text.codes import texts_to_codes
 from contrastlab.models.text import TEXT_ENCODERS, TransformerTextEncoder, load_text_model
 from tests.models.text_models import write_tiny_bert
 
@@ -228,8 +228,8 @@ def test_gradient_checkpointing_gives_the_same_loss_and_gradients_with_less_save
 def test_gradient_checkpointing_is_refused_where_it_does_not_apply(
     folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from contrastlab.train.dataconf import ConfigError
-    from contrastlab.train.job_config import EncoderConfig
+    from contrastlab.config import ConfigError
+    from contrastlab.train.job.config import EncoderConfig
 
     with pytest.raises(ConfigError, match=r"^gradient_checkpointing applies to the text encoders .*'mlp'"):
         EncoderConfig(name="mlp", gradient_checkpointing=True)

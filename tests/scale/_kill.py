@@ -19,7 +19,7 @@ def killing_loop(loop_config: dict[str, Any], *, kill_at: int, rank: int, marker
     """The product's worker loop, with rank ``rank`` of the first attempt killed at step ``kill_at``."""
     from contrastlab import distributed as cd
     from contrastlab.scale.train import run_worker
-    from contrastlab.train import sources
+    from contrastlab.train.job import datasets as sources
 
     task = loop_config["task"]
     if cd.rank() == rank and not os.path.exists(marker):

@@ -22,7 +22,7 @@ import torch
 
 from contrastlab.cli import main
 from contrastlab.io import read_json_verified
-from contrastlab.train.checkpoint import load_checkpoint
+from contrastlab.train.loop.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs contrastlab[ray]")
 
@@ -94,9 +94,9 @@ def torchrun_run(job: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_run(job: Path, ray_cluster: Any) -> Path:
+    from contrastlab.config import read_config
     from contrastlab.scale.train import train_on_ray
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job.runner import JobConfig
 
     out = job.parent / "ray"
     results = train_on_ray(read_config(JobConfig, job), out, workers=2, max_failures=0)
@@ -193,9 +193,9 @@ def test_engine_flags_are_checked_before_ray_starts(
 
 
 def test_library_arguments_are_checked_before_ray_is_needed(tmp_path: Path, job: Path) -> None:
+    from contrastlab.config import read_config
     from contrastlab.scale.train import check_workers, train_on_ray
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import JobConfig
+    from contrastlab.train.job.runner import JobConfig
 
     cfg = read_config(JobConfig, job)
     with pytest.raises(ValueError, match="^max_failures must be"):

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from contrastlab.config import ConfigError
 from contrastlab.tasks import read_beir_task, tasks_under
 from contrastlab.tasks.resolve import resolve_task_path
-from contrastlab.train.dataconf import ConfigError
-from contrastlab.train.sources_config import SourceConfig
-from contrastlab.train.text_sources import read_source
+from contrastlab.train.job.sources_config import SourceConfig
+from contrastlab.train.job.text_sources import read_source
 
 
 def _task(root: Path) -> Path:
