@@ -159,7 +159,7 @@ class CodeCorpus:
         return tuple(p for p in self.pairs if p.split == name)
 
     def text_pairs(self, split: str = "train") -> TextPairs:
-        """The (query, positive) pairs of one split (or ``"all"``) as :class:`~contrastlab.data.text.pairs.TextPairs`."""
+        """The (query, positive) pairs of one split (or ``"all"``) as :class:`TextPairs`."""
         rows = tuple((p.query, p.positive) for p in self.split(split))
         return TextPairs(rows, ("query", "positive"), f"code-corpus/{split}")
 

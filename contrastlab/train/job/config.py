@@ -116,8 +116,8 @@ class DataConfig:
     """Where batches come from."""
 
     name: str = "sphere"
-    """dataset, a key of contrastlab.train.job.datasets.DATA_BUILDERS: sphere, concepts, pairs, text, sources, digits, cifar10,
-    cifar100, cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
+    """dataset, a key of contrastlab.train.job.datasets.DATA_BUILDERS: sphere, concepts, pairs, text, sources,
+    digits, cifar10, cifar100, cifar10h, stl10, svhn, imagenet32, tiny-imagenet"""
     latent_dim: int = 10
     """sphere: dimension d of the latent space R^d (latents on S^{d-1})"""
     mixing: str = "identity"

@@ -10,8 +10,8 @@ Entries:
 * ``pairs`` — stored (anchor, positive) feature pairs with optional mined hard negatives
   (:mod:`contrastlab.train.job.feature_pairs`);
 * ``text`` — (anchor, positive[, negatives…]) text pairs from a TSV / CSV / JSONL file or a saved Hugging
-  Face dataset, or by default the docstring code corpus of the installed Python (:mod:`contrastlab.train.job.text_dataset`),
-  for the text encoders of :data:`contrastlab.models.text.TEXT_ENCODERS`;
+  Face dataset, or by default the docstring code corpus of the installed Python
+  (:mod:`contrastlab.train.job.text_dataset`), for the text encoders of :data:`contrastlab.models.text.TEXT_ENCODERS`;
 * ``sources`` — several text datasets (pairs files, BEIR tasks) with round-robin or proportional sampling
   (:mod:`contrastlab.train.job.text_sources`);
 * every file-backed image dataset of :data:`contrastlab.data.registry.DATASETS` (``digits``, ``cifar10``,

@@ -61,7 +61,8 @@ def save_sentence_transformers(
         about: provenance written to ``contrastlab.json`` in the folder (the run, the step).
         prompts: the run's prompts by name (``{"query": "query: ", "document": "passage: "}``), saved as the
             model's ``prompts``, so ``encode(texts, prompt_name="query")`` puts them before the texts.
-        card: the model card written as the folder's ``README.md`` (:func:`contrastlab.train.job.model_card.model_card`).
+        card: the model card written as the folder's ``README.md``
+            (:func:`contrastlab.train.job.model_card.model_card`).
 
     Returns:
         The folder.

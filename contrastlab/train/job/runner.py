@@ -1,4 +1,4 @@
-"""The ``contrastlab train CONFIG`` runner: build what a :class:`~contrastlab.train.job.config.JobConfig` names, train, write.
+"""The ``contrastlab train CONFIG`` runner: build what a :class:`~contrastlab.train.JobConfig` names, train, write.
 
 The config (:mod:`contrastlab.train.job.config`) names a dataset, an encoder, a loss and an augmentation
 pipeline, each a key of its registry (a plain dict):
@@ -138,8 +138,8 @@ def build_encoder(config: JobConfig, source: DataSource) -> nn.Module:
     (loaded from disk; ``out_dim`` must be its embedding dimension); every other name is
     ``ENCODERS[name](C, H, out_dim, width)``. ``encoder.gradient_checkpointing`` switches on the text
     model's activation checkpointing. With ``encoder.lora.r > 0`` the text model is frozen and LoRA
-    adapters on ``encoder.lora.targets`` train (:mod:`contrastlab.train.job.lora`). A loss with learnable parameters (``loss.learnable_temperature``,
-    ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
+    adapters on ``encoder.lora.targets`` train (:mod:`contrastlab.train.job.lora`). A loss with learnable
+    parameters (``loss.learnable_temperature``, ``loss.learnable_bias``) adds them as the submodule ``loss_parameters``
     (:class:`~contrastlab.train.job.loss_parameters.LossParameters`), which ``forward`` does not read.
 
     Raises:
@@ -416,7 +416,7 @@ def _describe_encoder(config: JobConfig) -> str:
 
 
 def _tensorboard_log(config: JobConfig, model: nn.Module, out: Path) -> Any:
-    """A :class:`~contrastlab.train.job.tensorboard.TensorBoardLog` into ``out`` with the run's τ, if ``log.tensorboard``."""
+    """A :class:`~contrastlab.train.job.tensorboard.TensorBoardLog` with the run's τ into ``out``, if asked."""
     if not config.log.tensorboard:
         return None
     from contrastlab.train.job.tensorboard import TensorBoardLog

@@ -12,9 +12,9 @@
 The last ``ceil(eval.n / S)`` rows of each of the S sources are held out (the evaluation batch). Batches are
 drawn as ``data.text.false_negatives`` says (by default no false negative in a batch,
 :class:`~contrastlab.data.text.conflict_free.ConflictFreeSampler`), each source with its own sampler seeded by
-``(train.seed, source)``; with ``batches: per_source`` step ``s`` goes to the source :class:`~contrastlab.data.text.source_schedule.SourceSchedule`
-names, with ``batches: mixed`` one sampler draws from the union. Everything is a pure function of the step,
-so resume is exact.
+``(train.seed, source)``; with ``batches: per_source`` step ``s`` goes to the source
+:class:`~contrastlab.data.text.source_schedule.SourceSchedule` names, with ``batches: mixed`` one sampler draws
+from the union. Everything is a pure function of the step, so resume is exact.
 """
 
 from __future__ import annotations

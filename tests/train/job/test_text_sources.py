@@ -10,7 +10,6 @@ import pytest
 from contrastlab import cli
 from contrastlab.config import ConfigError, from_dict
 from contrastlab.data.text.codes import codes_to_texts
-from contrastlab.data.text.source_schedule import SourceSchedule
 from contrastlab.train import TrainConfig
 from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig
 from contrastlab.train.job.datasets import DATA_BUILDERS
@@ -65,24 +64,13 @@ def test_per_source_batches_come_from_one_source_in_the_schedule(sampling: str, 
     )  # ceil(eval.n / 2) rows held out from each source
 
 
-def test_schedule_keeps_every_prefix_within_one_of_its_share() -> None:
-    sched = SourceSchedule([3.0, 1.0, 2.0], "proportional")
-    counts = [0, 0, 0]
-    for step in range(200):
-        i, local = sched.at(step)
-        assert local == counts[i]  # the source's own batch counter
-        counts[i] += 1
-        assert all(abs(c - (step + 1) * w / 6) < 1 for c, w in zip(counts, (3, 1, 2), strict=True))
-    assert SourceSchedule([3.0, 1.0, 2.0], "proportional").at(150) == sched.at(150)  # a fresh one agrees
-
-
 def test_mixed_batches_draw_from_the_union(tmp_path: Path, bert: Path) -> None:
     source = DATA_BUILDERS["sources"](job(tmp_path, bert, batches="mixed"))
     assert any(len(_origin(source.batch_at(s))) == 2 for s in range(10))
 
 
 def test_resume_is_exact(tmp_path: Path, bert: Path) -> None:
-    from tests.train.test_select import _crash_at
+    from tests.train.job.test_select import _crash_at
 
     cfg = job(tmp_path, bert, sampling="proportional")
     straight = run_job(cfg, tmp_path / "a")
