@@ -147,14 +147,10 @@ def row_keys(config: JobConfig, pairs: TextPairs) -> tuple[list[tuple[int, ...]]
         contrastlab.train.ConfigError: the encoder is no text encoder, or no tokenizer loads from its folder.
     """
     folder = tokenizer_folder(config.encoder)
-
-    def keys_of(texts: list[str]) -> list[tuple[int, ...]]:
-        try:
-            return text_keys(folder, config.encoder.max_seq_length, texts)
-        except ValueError as e:
-            raise ConfigError(f"encoder.path: {e}") from None
-
-    return keys_of_rows(pairs.rows, keys_of)
+    try:
+        return keys_of_rows(pairs.rows, functools.partial(text_keys, folder, config.encoder.max_seq_length))
+    except ValueError as e:  # no tokenizer loads from the folder
+        raise ConfigError(f"encoder.path: {e}") from None
 
 
 def train_sampler(

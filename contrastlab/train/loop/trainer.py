@@ -299,7 +299,7 @@ def fit(
         eval_fn: ``(model, step) -> {metric: float}``.
         on_step: called after each optimiser step with ``(model, step, loss)``.
         extra_state: named objects with ``state_dict``/``load_state_dict`` (:class:`Stateful`) saved
-            in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.NegativeQueue`).
+            in every checkpoint and restored on resume (e.g. a :class:`~contrastlab.train.loop.queue.NegativeQueue`).
         on_row: called on rank 0 with each row after it is appended to ``metrics.jsonl`` (e.g. a
             :class:`~contrastlab.train.job.tensorboard.TensorBoardLog`).
         should_stop: asked after each evaluation (and before the first step of a resumed run): True ends
