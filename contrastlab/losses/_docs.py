@@ -59,6 +59,23 @@ ARGS: dict[str, str] = {
     "documents": "K documents per anchor. Shape ``(N, K, D)`` (or ``(N, D)`` for K = 1).",
     "teacher_scores": "the teacher's scores of each anchor's positive, then its negatives. Shape ``(N, 1 + K)``.",
     "gather_none": "accepted for the registry's uniform signature; the loss has no cross-row term to gather.",
+    "tau_plus": (
+        "τ⁺ in [0, 1), the class prior of the debiasing: the probability that a drawn negative shares the\n"
+        "anchor's class (0: no debiasing; the papers use 0.01–0.1, their code defaults to 0.1)."
+    ),
+    "chunk_size_kept": (
+        "``None`` chooses the dense path while its kept logits fit\n"
+        ":data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond;\n"
+        "{tiled_int}. All paths give the same numbers."
+    ),
+    "per_row_loss": 'The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.',
+    "weince_q": "quantile level in [0, 1] of the cap-proximity pivot ρ_0.",
+    "weince_tail_frac": "fraction in (0, 1] of each anchor's negatives in its tail fit.",
+    "weince_min_tail": "minimum tail size (then clipped to [10, K], as the official code does).",
+    "weince_kappa_rho": "steepness κ_ρ ≥ 0 of the cap-proximity gate.",
+    "weince_kappa_aic": "steepness κ_AIC ≥ 0 of the Weibull-vs-Gumbel (ΔAIC) gate.",
+    "weince_margin": "ΔAIC margin m (the paper's grid: 0, 2, 6).",
+    "weince_eps": "in (0, 1): the floor of the shortfalls 1 − s (the loss also clamps s to ≤ 1 − eps in −log(1 − s)).",
 }
 """Key → the shared description (lines broken with ``\\n``, indented where it is put)."""
 
