@@ -41,15 +41,7 @@ ARMS = ("sampler", "off")
 
 def job(args: argparse.Namespace, arm: str, seed: int, steps: int) -> JobConfig:
     """The fine-tuning run of one arm and seed."""
-    return minilm_job(
-        scifact_data(args.data, args.batch, arm),
-        max_seq_length=args.max_seq_length,
-        steps=steps,
-        lr=args.lr,
-        seed=seed,
-        log_every=1,
-        schedule="constant",
-    )
+    return minilm_job(scifact_data(args.data, args.batch, arm), args, steps, seed, log_every=1, schedule="constant")
 
 
 def dev_subset(dev: DevSet, max_queries: int, max_documents: int) -> DevSet:

@@ -43,7 +43,7 @@ SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str = "sampler"):
     """The ``contrastlab train`` job of the fine-tune."""
     data = scifact_data(args.task, args.batch, false_negatives)
-    return minilm_job(data, max_seq_length=args.max_seq_length, steps=steps, lr=args.lr, seed=args.seed, log_every=1)
+    return minilm_job(data, args, steps, args.seed, log_every=1)
 
 
 def st_anchor(args: argparse.Namespace, steps: int, folder: Path) -> float:

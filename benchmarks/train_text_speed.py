@@ -89,15 +89,7 @@ def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing
         data = scifact_data(args.data, args.batch)
     else:
         data = DataConfig(name="text", batch_size=args.batch, text=TextDataConfig(path=str(pairs_file)))
-    return minilm_job(
-        data,
-        max_seq_length=args.max_seq_length,
-        steps=args.steps,
-        lr=args.lr,
-        seed=args.seed,
-        log_every=args.steps,
-        checkpointing=checkpointing,
-    )
+    return minilm_job(data, args, args.steps, args.seed, log_every=args.steps, checkpointing=checkpointing)
 
 
 def child_st(args: argparse.Namespace) -> dict:

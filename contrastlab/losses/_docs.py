@@ -69,13 +69,6 @@ ARGS: dict[str, str] = {
         "{tiled_int}. All paths give the same numbers."
     ),
     "per_row_loss": 'The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.',
-    "weince_q": "quantile level in [0, 1] of the cap-proximity pivot ρ_0.",
-    "weince_tail_frac": "fraction in (0, 1] of each anchor's negatives in its tail fit.",
-    "weince_min_tail": "minimum tail size (then clipped to [10, K], as the official code does).",
-    "weince_kappa_rho": "steepness κ_ρ ≥ 0 of the cap-proximity gate.",
-    "weince_kappa_aic": "steepness κ_AIC ≥ 0 of the Weibull-vs-Gumbel (ΔAIC) gate.",
-    "weince_margin": "ΔAIC margin m (the paper's grid: 0, 2, 6).",
-    "weince_eps": "in (0, 1): the floor of the shortfalls 1 − s (the loss also clamps s to ≤ 1 − eps in −log(1 − s)).",
 }
 """Key → the shared description (lines broken with ``\\n``, indented where it is put)."""
 

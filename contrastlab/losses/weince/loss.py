@@ -210,13 +210,13 @@ def weince(
         temperature: {temperature} It divides the softmax logit s/τ.
         beta_mode: β_i of the Weibit logit: ``"per_anchor"`` (β̂_i, the paper's text), ``"one"`` (the
             official code) or ``"global_ema"`` (the code's batch-level EMA β_t).
-        q: {weince_q}
-        tail_frac: {weince_tail_frac}
-        min_tail: {weince_min_tail}
-        kappa_rho: {weince_kappa_rho}
-        kappa_aic: {weince_kappa_aic}
-        margin: {weince_margin}
-        eps: {weince_eps}
+        q: quantile of the cap-proximity pivot ρ_0.
+        tail_frac: fraction of each anchor's negatives in its tail fit.
+        min_tail: minimum tail size (then clipped to [10, K]).
+        kappa_rho: steepness κ_ρ ≥ 0 of the cap-proximity gate.
+        kappa_aic: steepness κ_AIC ≥ 0 of the Weibull-vs-Gumbel gate.
+        margin: ΔAIC margin m (the paper's grid: 0, 2, 6).
+        eps: s is clamped to ≤ 1 − eps in −log(1 − s) and shortfalls floored at eps.
         fixed_lambda: if given, λ_i ≡ this value in [0, 1] instead of the statistics (ablations: 0 gives
             NT-Xent / InfoNCE exactly, 1 the pure Weibit loss with β_i).
         aux_top_m: M > 0 adds the reproduction script's auxiliary terms

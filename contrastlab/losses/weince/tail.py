@@ -19,7 +19,6 @@ from scipy.special import expit
 from torch import Tensor
 
 from contrastlab import distributed as cd
-from contrastlab.losses._docs import shared_docs
 from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
 
 __all__ = [
@@ -295,7 +294,6 @@ def _anchor_tail_stats(
     return _tail_gates(_tail_fits(top, options.eps), top.shape[1], top.device, options, rho_pool)
 
 
-@shared_docs
 def anchor_tail_stats(
     neg_sims: Tensor,
     *,
@@ -313,13 +311,13 @@ def anchor_tail_stats(
         neg_sims: each anchor's negative cosine similarities. Shape ``(R, K)``. Entries equal to −inf
             are treated as excluded; every row must then hold at least as many finite entries as the
             row with the fewest (the tail size is computed from that count).
-        q: {weince_q}
-        tail_frac: {weince_tail_frac}
-        min_tail: {weince_min_tail}
-        kappa_rho: {weince_kappa_rho}
-        kappa_aic: {weince_kappa_aic}
-        margin: {weince_margin}
-        eps: {weince_eps}
+        q: quantile level of the cap-proximity pivot ρ_0, in [0, 1].
+        tail_frac: fraction of the K negatives in each anchor's tail, in (0, 1].
+        min_tail: minimum tail size (the code clips k_tail to [10, K] afterwards).
+        kappa_rho: steepness κ_ρ ≥ 0 of the cap-proximity gate.
+        kappa_aic: steepness κ_AIC ≥ 0 of the ΔAIC gate.
+        margin: ΔAIC margin m.
+        eps: floor of the shortfalls 1 − s, in (0, 1).
 
     Returns:
         :class:`AnchorTailStats`.
