@@ -107,6 +107,30 @@ def spread(xs: Sequence[float]) -> float:
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
+def ratio_row(
+    n: int, times: dict[str, list[float]], scale: float, impls: Sequence[str], repeats: int, slow: Sequence[str] = ()
+) -> list[str]:
+    """A speed table's row of size ``n``: the matmul limit, each of ``impls`` against it, and the noise.
+
+    ``times`` holds each timed implementation's rounds and the limit's (``"limit"``, scaled by ``scale``).
+    An implementation's ratio is the median of its per-round ratios to the limit (both timed back to back:
+    steadier on a shared machine); one of ``slow``, timed apart, is set against the limit's median instead.
+    One without times gets "—". The noise is half the largest spread of the interleaved rounds.
+    """
+    limit = median(times["limit"]) * scale
+    row = [f"{n:,}", fmt_time(limit)]
+    for impl in impls:
+        if impl not in times:
+            row.append("—")
+            continue
+        t = median(times[impl])
+        ratio = paired_ratio(times, impl, "limit") / scale if impl not in slow else t / limit
+        row.append(f"{fmt_time(t)} ({ratio:.2f}×)")
+    noise = max(spread(v) for k, v in times.items() if k not in slow) if repeats > 1 else 0.0
+    row.append(f"±{noise / 2:.0%} ({repeats} runs)")
+    return row
+
+
 def matmul_limit_fn(n: int, d: int, m: int | None = None, *, seed: int = 0) -> tuple[Callable[[], None], float]:
     """A function doing the three GEMMs of an exact forward + backward at size (N, M, D), and its scale.
 
