@@ -4,11 +4,18 @@ import torch
 
 
 def anchors_positives_negatives(
-    layout: str, n: int, d: int, k: int, *, noise: float, seed: int = 0, dtype: torch.dtype = torch.float64
+    layout: str,
+    n: int,
+    d: int,
+    k: int,
+    *,
+    noise: float | torch.Tensor,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """``(a, p, negs)``: a ~ N(0, 1) of shape ``(n, d)``, p = a + ``noise``·N(0, 1), and the negatives of ``layout``.
+    """``(a, p, negs)``: a ~ N(0, 1) of shape ``(n, d)``, p = a + ``noise``·N(0, 1), and ``layout``'s negatives.
 
-    ``layout`` is ``"shared"`` (``(k, d)`` negatives), ``"per_anchor"`` (``(n, k, d)``) or anything else
+    ``noise`` is a float or per-row, ``(n, 1)``. ``layout`` is ``"shared"`` (``(k, d)`` negatives), ``"per_anchor"`` (``(n, k, d)``) or anything else
     (``None``: in-batch). One generator seeded with ``seed`` draws a, the noise and the negatives in turn.
     """
     g = torch.Generator().manual_seed(seed)
