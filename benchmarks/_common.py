@@ -404,10 +404,10 @@ def st_mnrl_fit(
 def scifact_data(task_dir: Path, batch: int, false_negatives: str | None = None) -> Any:
     """The ``contrastlab train`` data of SciFact's holdout train part (as :func:`scifact_train_pairs`).
 
-    ``false_negatives`` is :class:`contrastlab.train.job_config.TextDataConfig`'s rule (``None``: its default).
+    ``false_negatives`` is :class:`contrastlab.train.job.config.TextDataConfig`'s rule (``None``: its default).
     """
-    from contrastlab.train.job_config import DataConfig, TextDataConfig
-    from contrastlab.train.sources_config import SourceConfig, SourcesConfig
+    from contrastlab.train.job.config import DataConfig, TextDataConfig
+    from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
 
     source = SourceConfig(path=str(task_dir), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
     text = {} if false_negatives is None else {"text": TextDataConfig(false_negatives=false_negatives)}  # type: ignore[arg-type]
@@ -423,8 +423,9 @@ def minilm_job(
     then ``schedule``; texts cut at ``args.max_seq_length`` tokens; ``checkpointing``: the encoder's gradient
     checkpointing; quiet; two held-out pairs.
     """
+    from contrastlab.train.job.config import EncoderConfig, EvalConfig, JobConfig, LossConfig
+
     from contrastlab.train import OptimConfig, TrainConfig
-    from contrastlab.train.job_config import EncoderConfig, EvalConfig, JobConfig, LossConfig
 
     encoder = EncoderConfig(
         name="minilm", out_dim=384, max_seq_length=args.max_seq_length, gradient_checkpointing=checkpointing

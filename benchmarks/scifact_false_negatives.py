@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 import torch
 from _common import machine, minilm_job, scifact_data, set_threads  # type: ignore[import-not-found]
+from contrastlab.train.job.config import JobConfig
+from contrastlab.train.job.dev_metrics import DevSet, embed_texts, read_dev, retrieval_metrics
+from contrastlab.train.job.runner import run_job
+from contrastlab.train.job.select import DevConfig
 
 from contrastlab.eval.bootstrap import bootstrap_mean
-from contrastlab.train.dev_eval import DevSet, embed_texts, read_dev, retrieval_metrics
-from contrastlab.train.job import run_job
-from contrastlab.train.job_config import JobConfig
-from contrastlab.train.select import DevConfig
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact-train"
 ARMS = ("sampler", "off")
@@ -94,9 +94,10 @@ def main() -> None:
     dev = read_dev(DevConfig(path=str(args.data), kind="task", split="train", part="dev", dev_fraction=0.2, seed=0))
     if args.quick:
         dev = dev_subset(dev, 20, 200)
+    from contrastlab.train.job.export import run_text_encoder
+    from contrastlab.train.job.text_sources import read_source
+
     from contrastlab.models.text import TEXT_ENCODERS
-    from contrastlab.train.export import run_text_encoder
-    from contrastlab.train.text_sources import read_source
 
     train_pairs = len(read_source(job(args, "off", 0, 1).data.sources.datasets[0], "data")) - 2  # 2 held out
     steps = args.steps or train_pairs // args.batch

@@ -81,10 +81,11 @@ def main() -> int:
         return 2
     set_threads(args.threads)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from contrastlab.train.job.runner import run_job
+
     from contrastlab.audit import AuditConfig
     from contrastlab.audit.compare import CompareConfig, compare
     from contrastlab.audit.run import audit
-    from contrastlab.train.job import run_job
 
     out = args.out
     out.mkdir(parents=True, exist_ok=True)

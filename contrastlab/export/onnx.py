@@ -367,11 +367,11 @@ def _check_text(root: Path, modules: Sequence[nn.Module], graph: nn.Module, name
 
 def _run_folder_encoder(path: Path) -> tuple[nn.Module, Tensor | None, bool, str]:
     """A contrastlab run's trained encoder: ``(model, example input or None for text, normalizes, description)``."""
+    from contrastlab.config import from_dict
     from contrastlab.io import read_json_verified
-    from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import from_dict
-    from contrastlab.train.job import DATA_BUILDERS, build_encoder
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.runner import DATA_BUILDERS, build_encoder
+    from contrastlab.train.loop.checkpoint import latest_checkpoint
 
     cfg = from_dict(JobConfig, read_json_verified(path / "config.json"))
     state = latest_checkpoint(path)
