@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -104,6 +105,30 @@ def spread(xs: Sequence[float]) -> float:
     """(max − min) / median: the relative noise of a set of repeats."""
     m = statistics.median(xs)
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
+
+
+def ratio_row(
+    n: int, times: dict[str, list[float]], scale: float, impls: Sequence[str], repeats: int, slow: Sequence[str] = ()
+) -> list[str]:
+    """A speed table's row of size ``n``: the matmul limit, each of ``impls`` against it, and the noise.
+
+    ``times`` holds each timed implementation's rounds and the limit's (``"limit"``, scaled by ``scale``).
+    An implementation's ratio is the median of its per-round ratios to the limit (both timed back to back:
+    steadier on a shared machine); one of ``slow``, timed apart, is set against the limit's median instead.
+    One without times gets "—". The noise is half the largest spread of the interleaved rounds.
+    """
+    limit = median(times["limit"]) * scale
+    row = [f"{n:,}", fmt_time(limit)]
+    for impl in impls:
+        if impl not in times:
+            row.append("—")
+            continue
+        t = median(times[impl])
+        ratio = paired_ratio(times, impl, "limit") / scale if impl not in slow else t / limit
+        row.append(f"{fmt_time(t)} ({ratio:.2f}×)")
+    noise = max(spread(v) for k, v in times.items() if k not in slow) if repeats > 1 else 0.0
+    row.append(f"±{noise / 2:.0%} ({repeats} runs)")
+    return row
 
 
 def matmul_limit_fn(n: int, d: int, m: int | None = None, *, seed: int = 0) -> tuple[Callable[[], None], float]:
@@ -374,3 +399,37 @@ def st_mnrl_fit(
     wall = time.perf_counter() - t
     model.save_pretrained(str(folder / "model"))
     return wall
+
+
+def scifact_data(task_dir: Path, batch: int, false_negatives: str | None = None) -> Any:
+    """The ``contrastlab train`` data of SciFact's holdout train part (as :func:`scifact_train_pairs`).
+
+    ``false_negatives`` is :class:`contrastlab.train.job.config.TextDataConfig`'s rule (``None``: its default).
+    """
+    from contrastlab.train.job.config import DataConfig, TextDataConfig
+    from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
+
+    source = SourceConfig(path=str(task_dir), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
+    text = {} if false_negatives is None else {"text": TextDataConfig(false_negatives=false_negatives)}  # type: ignore[arg-type]
+    return DataConfig(name="sources", batch_size=batch, sources=SourcesConfig(datasets=(source,)), **text)
+
+
+def minilm_job(
+    data: Any, args: Any, steps: int, seed: int, log_every: int, schedule: str = "cosine", checkpointing: bool = False
+) -> Any:
+    """The ``contrastlab train`` fine-tune of the bundled MiniLM on ``data`` that the text benchmarks time.
+
+    InfoNCE at τ = 0.05 (sentence-transformers' MNRL at scale 20); AdamW at ``args.lr`` with a 10% warm-up,
+    then ``schedule``; texts cut at ``args.max_seq_length`` tokens; ``checkpointing``: the encoder's gradient
+    checkpointing; quiet; two held-out pairs.
+    """
+    from contrastlab.train import OptimConfig, TrainConfig
+    from contrastlab.train.job.config import EncoderConfig, EvalConfig, JobConfig, LossConfig
+
+    encoder = EncoderConfig(
+        name="minilm", out_dim=384, max_seq_length=args.max_seq_length, gradient_checkpointing=checkpointing
+    )
+    optim = OptimConfig(name="adamw", lr=args.lr, warmup_steps=max(1, steps // 10), schedule=schedule)  # type: ignore[arg-type]
+    train = TrainConfig(steps=steps, seed=seed, progress=False, log_every=log_every, optim=optim)
+    loss = LossConfig(name="info_nce", temperature=0.05)
+    return JobConfig(data=data, encoder=encoder, loss=loss, train=train, eval=EvalConfig(n=2))

@@ -48,19 +48,7 @@ def small_row(n: int, args: argparse.Namespace) -> list[str]:
     times = C.interleaved_medians(fns, repeats, warmup=1, clock=args.clock)
     for impl in slow:
         times[impl] = C.interleaved_medians({impl: C.make_step(impl, a, p)}, 2, warmup=0)[impl]
-    limit = C.median(times["limit"]) * scale
-    row = [f"{n:,}", C.fmt_time(limit)]
-    for impl in args.impls:
-        if impl not in times:
-            row.append("—")
-            continue
-        t = C.median(times[impl])
-        # the ratio is the median of the per-round ratios (both timed back to back; steadier when shared)
-        ratio = C.paired_ratio(times, impl, "limit") / scale if impl not in slow else t / limit
-        row.append(f"{C.fmt_time(t)} ({ratio:.2f}×)")
-    noise = max(C.spread(v) for k, v in times.items() if k not in slow) if repeats > 1 else 0.0
-    row.append(f"±{noise / 2:.0%} ({repeats} runs)")
-    return row
+    return C.ratio_row(n, times, scale, args.impls, repeats, slow)
 
 
 def big_row(here: str, n: int, args: argparse.Namespace) -> list[str]:

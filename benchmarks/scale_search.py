@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -36,14 +35,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-_THREADS_DEFAULT = 2
-if "--threads" in sys.argv:
-    _THREADS_DEFAULT = int(sys.argv[sys.argv.index("--threads") + 1])
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[_var] = str(_THREADS_DEFAULT)
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import _threads  # first: pins the BLAS threads before numpy and torch load
+import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from contrastlab.search import EmbeddingIndex, log_partition  # noqa: E402
@@ -118,7 +112,7 @@ def main() -> None:
     p.add_argument("--max-shards", type=int, default=64, help="largest S of part 2 (powers of two from 2)")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--temperature", type=float, default=0.05)
-    p.add_argument("--threads", type=int, default=_THREADS_DEFAULT, help="threads of this process and Ray's CPUs")
+    p.add_argument("--threads", type=int, default=_threads.THREADS, help="threads of this process and Ray's CPUs")
     p.add_argument("--nodes", type=int, default=1, help="local Ray nodes (without --address)")
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster")
     p.add_argument("--seed", type=int, default=0)

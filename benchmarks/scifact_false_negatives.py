@@ -27,15 +27,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import machine, set_threads  # type: ignore[import-not-found]
+from _common import machine, minilm_job, scifact_data, set_threads  # type: ignore[import-not-found]
 
 from contrastlab.eval.bootstrap import bootstrap_mean
-from contrastlab.train import OptimConfig, TrainConfig
-from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig, LossConfig, TextDataConfig
+from contrastlab.train.job.config import JobConfig
 from contrastlab.train.job.dev_metrics import DevSet, embed_texts, read_dev, retrieval_metrics
 from contrastlab.train.job.runner import run_job
 from contrastlab.train.job.select import DevConfig
-from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact-train"
 ARMS = ("sampler", "off")
@@ -43,25 +41,7 @@ ARMS = ("sampler", "off")
 
 def job(args: argparse.Namespace, arm: str, seed: int, steps: int) -> JobConfig:
     """The fine-tuning run of one arm and seed."""
-    source = SourceConfig(path=str(args.data), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
-    return JobConfig(
-        data=DataConfig(
-            name="sources",
-            batch_size=args.batch,
-            sources=SourcesConfig(datasets=(source,)),
-            text=TextDataConfig(false_negatives=arm),  # type: ignore[arg-type]
-        ),
-        encoder=EncoderConfig(name="minilm", out_dim=384, max_seq_length=args.max_seq_length),
-        loss=LossConfig(name="info_nce", temperature=0.05),  # sentence-transformers' MNRL: scale 20
-        train=TrainConfig(
-            steps=steps,
-            seed=seed,
-            progress=False,
-            log_every=1,
-            optim=OptimConfig(name="adamw", lr=args.lr, warmup_steps=max(1, steps // 10)),
-        ),
-        eval=EvalConfig(n=2),
-    )
+    return minilm_job(scifact_data(args.data, args.batch, arm), args, steps, seed, log_every=1, schedule="constant")
 
 
 def dev_subset(dev: DevSet, max_queries: int, max_documents: int) -> DevSet:

@@ -35,43 +35,15 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, scifact_train_pairs, set_threads, st_mnrl_fit
+from _common import ROOT, machine, minilm_job, scifact_data, scifact_train_pairs, set_threads, st_mnrl_fit
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 
 
 def contrastlab_job(args: argparse.Namespace, steps: int, false_negatives: str = "sampler"):
     """The ``contrastlab train`` job of the fine-tune."""
-    from contrastlab.train import OptimConfig, TrainConfig
-    from contrastlab.train.job.config import (
-        DataConfig,
-        EncoderConfig,
-        EvalConfig,
-        JobConfig,
-        LossConfig,
-        TextDataConfig,
-    )
-    from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
-
-    source = SourceConfig(path=str(args.task), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
-    return JobConfig(
-        data=DataConfig(
-            name="sources",
-            batch_size=args.batch,
-            sources=SourcesConfig(datasets=(source,)),
-            text=TextDataConfig(false_negatives=false_negatives),  # type: ignore[arg-type]
-        ),
-        encoder=EncoderConfig(name="minilm", out_dim=384, max_seq_length=args.max_seq_length),
-        loss=LossConfig(name="info_nce", temperature=0.05),
-        train=TrainConfig(
-            steps=steps,
-            seed=args.seed,
-            progress=False,
-            log_every=1,
-            optim=OptimConfig(name="adamw", lr=args.lr, warmup_steps=max(1, steps // 10), schedule="cosine"),
-        ),
-        eval=EvalConfig(n=2),
-    )
+    data = scifact_data(args.task, args.batch, false_negatives)
+    return minilm_job(data, args, steps, args.seed, log_every=1)
 
 
 def st_anchor(args: argparse.Namespace, steps: int, folder: Path) -> float:

@@ -27,15 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-_THREADS_DEFAULT = 2
-if "--threads" in sys.argv:
-    _THREADS_DEFAULT = int(sys.argv[sys.argv.index("--threads") + 1])
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-    os.environ[_var] = str(_THREADS_DEFAULT)
-
-import faiss  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import _threads  # first: pins the BLAS threads before numpy and torch load
+import faiss
+import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from contrastlab.search import EmbeddingIndex, log_partition, topk_log_partition  # noqa: E402
@@ -133,7 +128,7 @@ def main() -> None:
     p.add_argument("--lse-queries", type=int, default=1000, help="queries for the log-partition benchmark")
     p.add_argument("--tau", type=float, default=0.05, help="temperature of the softmax search")
     p.add_argument("--block", type=int, default=16384, help="corpus rows per block read from the .npy file")
-    p.add_argument("--threads", type=int, default=_THREADS_DEFAULT)
+    p.add_argument("--threads", type=int, default=_threads.THREADS)
     p.add_argument("--repeats", type=int, default=1, help="passes over the queries (times are averaged)")
     p.add_argument("--chunk", type=int, default=1000, help="queries per turn in the interleaved top-k timing")
     p.add_argument("--cosine", action="store_true", help="also time metric='cosine' (normalises the queries)")

@@ -116,17 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 fns[impl] = step
         repeats = args.repeats or REPEATS.get(n, 3)
         times = C.interleaved_medians(fns, repeats, warmup=1, clock=args.clock)
-        limit = C.median(times["limit"]) * scale
-        row = [f"{n:,}", C.fmt_time(limit)]
-        for impl in args.impls:
-            if impl not in times:
-                row.append("—")
-                continue
-            ratio = C.paired_ratio(times, impl, "limit") / scale  # median over rounds of time / limit
-            row.append(f"{C.fmt_time(C.median(times[impl]))} ({ratio:.2f}×)")
-        noise = max(C.spread(v) for v in times.values()) if repeats > 1 else 0.0
-        row.append(f"±{noise / 2:.0%} ({repeats} runs)")
-        rows.append(row)
+        rows.append(C.ratio_row(n, times, scale, args.impls, repeats))
     C.print_table(
         f"SigLIP forward + backward, D = {args.dim}, {args.threads} threads, {args.clock} time, float32 — {C.machine()} "
         "(ratio to the matmul limit)",

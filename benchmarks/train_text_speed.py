@@ -50,9 +50,11 @@ from _common import (  # noqa: E402
     ROOT,
     fmt_bytes,
     machine,
+    minilm_job,
     peak_rss_bytes,
     print_table,
     run_child,
+    scifact_data,
     scifact_train_pairs,
     set_threads,
     st_mnrl_fit,
@@ -81,37 +83,13 @@ def docstring_pairs() -> tuple[list[str], list[str]]:
 
 def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing: bool) -> object:
     """The ``contrastlab train`` job: SciFact's task source, or the pairs file of the fallback."""
-    from contrastlab.train import OptimConfig, TrainConfig
-    from contrastlab.train.job.config import (
-        DataConfig,
-        EncoderConfig,
-        EvalConfig,
-        JobConfig,
-        LossConfig,
-        TextDataConfig,
-    )
-    from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
+    from contrastlab.train.job.config import DataConfig, TextDataConfig
 
     if args.data.is_dir():
-        source = SourceConfig(path=str(args.data), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
-        data = DataConfig(name="sources", batch_size=args.batch, sources=SourcesConfig(datasets=(source,)))
+        data = scifact_data(args.data, args.batch)
     else:
         data = DataConfig(name="text", batch_size=args.batch, text=TextDataConfig(path=str(pairs_file)))
-    return JobConfig(
-        data=data,
-        encoder=EncoderConfig(
-            name="minilm", out_dim=384, max_seq_length=args.max_seq_length, gradient_checkpointing=checkpointing
-        ),
-        loss=LossConfig(name="info_nce", temperature=0.05),
-        train=TrainConfig(
-            steps=args.steps,
-            seed=args.seed,
-            progress=False,
-            log_every=args.steps,
-            optim=OptimConfig(name="adamw", lr=args.lr, warmup_steps=max(1, args.steps // 10), schedule="cosine"),
-        ),
-        eval=EvalConfig(n=2),
-    )
+    return minilm_job(data, args, args.steps, args.seed, log_every=args.steps, checkpointing=checkpointing)
 
 
 def child_st(args: argparse.Namespace) -> dict:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -334,6 +334,11 @@ def interval95(rows: Sequence[dict[str, float]], key: str) -> tuple[float, float
         return m, m, m
     half = float(student_t.ppf(0.975, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
     return m, m - half, m + half
+
+
+def timing(runs: Mapping[Any, Sequence[dict[str, float]]], seconds: float) -> dict[str, float]:
+    """A sweep's metrics ``seconds`` (its wall time) and ``cpu_seconds`` (its runs' training CPU time, summed)."""
+    return {"seconds": seconds, "cpu_seconds": sum(r["cpu_seconds"] for v in runs.values() for r in v)}
 
 
 def fmt_mean_sd(mean: float, sd: float) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, cast
 
-from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached, timing
 from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Identity generator) at the ρ values it reports.
@@ -92,8 +92,7 @@ def run(config: Config, out_dir: Path) -> dict:
         out_dir / "constraint_ratio.png",
     )
     metrics = {f"r2/{e}/rho={rho:g}": v[0] for (e, rho), v in r2.items()}
-    metrics["seconds"] = total
-    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in res.values() for r in v)
+    metrics.update(timing(res, total))
     desc = "; ".join(f"{e}: " + ", ".join(f"ρ {r:g} → {r2[(e, r)][0]:.2f}" for r in xs) for e in config.encoders)
     summary = (
         f"Constraint ratio on the Identity generator (d_fixed = {config.d_fixed}), {config.seeds} seed(s), "

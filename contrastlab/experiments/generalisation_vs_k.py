@@ -237,6 +237,14 @@ def run(config: Config, out_dir: Path) -> dict:
     emp_m, _ = agg("emp")
     pop_m, _ = agg("pop")
 
+    def k_axis(ax: Any, ylabel: str, title: str) -> None:
+        """A panel's x axis (k, log₂), its labels, title and grid."""
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k (negatives)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+
     fig, axes = figures.subplots(1, 3, figsize=(15, 4.3))
     ax = axes[0]
     for k, recs in per_k.items():
@@ -245,34 +253,22 @@ def run(config: Config, out_dir: Path) -> dict:
         ks, gap_m, yerr=gap_sd, fmt="o-", color="tab:blue", capsize=3, label="R(φ̂) − R̂_n(φ̂), mean ± sd over seeds"
     )
     ax.axhline(0, color="0.5", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (negatives)")
-    ax.set_ylabel("generalisation gap (nats)")
-    ax.set_title(f"gap on {config.n_eval} fresh tuples (n = {config.n} training tuples)", fontsize=10)
+    k_axis(ax, "generalisation gap (nats)", f"gap on {config.n_eval} fresh tuples (n = {config.n} training tuples)")
     ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
     ax = axes[1]
     ax.errorbar(ks, cx_m, yerr=cx_sd, fmt="s-", color="tab:red", capsize=3, label="Theorem 1 complexity term (Ĉ_Φ)")
-    ax.set_xscale("log", base=2)
+    k_axis(ax, "nats", "Theorem 1 complexity term and B_τ against k")
     ax.set_yscale("log")
-    ax.set_xlabel("k (negatives)")
-    ax.set_ylabel("nats")
     ax2 = ax.twinx()
     ax2.plot(ks, bt_m, "^--", color="tab:purple", label="B_τ (Lemma 1)")
     ax2.set_ylabel("B_τ")
-    ax.set_title("Theorem 1 complexity term and B_τ against k", fontsize=10)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
     ax = axes[2]
     ax.errorbar(ks, rad_m, yerr=rad_sd, fmt="d-", color="tab:green", capsize=3, label="‖θ̂ − θ₀‖")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("k (negatives)")
-    ax.set_ylabel("‖θ̂ − θ₀‖ (the radius R)")
-    ax.set_title(f"distance travelled in {config.steps} Adam steps", fontsize=10)
+    k_axis(ax, "‖θ̂ − θ₀‖ (the radius R)", f"distance travelled in {config.steps} Adam steps")
     ax.legend(fontsize=7)
-    ax.grid(True, which="both", alpha=0.25)
     fig.tight_layout()
     figures.save_png(fig, out_dir / "generalisation_vs_k.png", dpi=110)
 

@@ -32,6 +32,7 @@ from contrastlab.experiments._latent_cl import (
     fmt_mean_sd,
     interval95,
     run_cached,
+    timing,
 )
 
 SETTINGS = ("holds", "violated", "corrected", "inverse")
@@ -189,8 +190,7 @@ def run(config: Config, out_dir: Path) -> dict:
         metrics[f"r2_sd/{g}/{s}"] = sd
         metrics[f"mcc/{g}/{s}"] = aggregate(results[(g, s)], "mcc")[0]
     total = time.perf_counter() - t0
-    metrics["seconds"] = total
-    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in results.values() for r in v)
+    metrics.update(timing(results, total))
     _plot(r2, config, out_dir / "identifiability_table.png")
     parts = [
         f"{NAMES[g]}: holds {r2[(g, 'holds')][0]:.2f}, violated {r2[(g, 'violated')][0]:.2f}"

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from contrastlab import figures
 from contrastlab.eval.identifiability import identifiability_metrics
-from contrastlab.experiments._latent_cl import aggregate, fmt_mean_sd, recorded_run
+from contrastlab.experiments._latent_cl import aggregate, fmt_mean_sd, recorded_run, timing
 from contrastlab.losses import info_nce
 from contrastlab.models import MLP, SmallCNN
 from contrastlab.seeds import seed_stream, stream_generator
@@ -226,8 +226,7 @@ def run(config: Config, out_dir: Path) -> dict:
     _plot(r2, config, out_dir / "image_identifiability.png")
     metrics = {f"r2/{e}/{r}": v[0] for (e, r), v in r2.items()}
     metrics.update({f"mcc/{e}/{r}": aggregate(v, "mcc")[0] for (e, r), v in res.items()})
-    metrics["seconds"] = total
-    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in res.values() for r in v)
+    metrics.update(timing(res, total))
     desc = "; ".join(f"{e}: " + ", ".join(f"{r} {r2[(e, r)][0]:.2f}" for r in regimes) for e in config.encoders)
     summary = (
         f"Sprite world (d = {config.d}, {config.image_size}×{config.image_size} px), InfoNCE τ = {config.tau}, "

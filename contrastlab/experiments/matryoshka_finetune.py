@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from contrastlab.eval.bootstrap import bootstrap_mean
-from contrastlab.experiments._minilm_finetune import executor, finetuned_model
+from contrastlab.experiments._minilm_finetune import FinetuneSettings, audit_config, executor, finetuned_model
 
 __all__ = ["Config", "QUICK", "VARIANTS", "run"]
 
@@ -41,31 +41,11 @@ _EVAL_RECORD = "eval.json"
 
 
 @dataclass(frozen=True)
-class Config:
-    """Settings of the Matryoshka fine-tuning comparison."""
+class Config(FinetuneSettings):
+    """Settings of the Matryoshka fine-tuning comparison: the widths, then those of every MiniLM fine-tuning run."""
 
     dims: tuple[int, ...] = (32, 64, 128, 256, 384)
     """strictly increasing prefix widths: the Matryoshka loss's (weight 1 each) and the widths evaluated (384 always)"""
-    seeds: tuple[int, ...] = (0, 1, 2)
-    """one fine-tuning run per seed and variant (data order and dropout; the same for both variants)"""
-    steps: int = 30
-    """optimiser steps of each run (30 × 32 = 960 of the 4,144 training pairs; sized for 2 shared CPU cores)"""
-    batch_size: int = 32
-    """pairs per step (in-batch negatives: batch_size − 1 per query)"""
-    learning_rate: float = 5e-5
-    """AdamW learning rate (linear decay to 0, sentence-transformers' default schedule)"""
-    temperature: float = 0.05
-    """τ of InfoNCE at every width (MiniLM was trained with MNRL at scale 20, τ = 0.05)"""
-    max_seq_length: int = 64
-    """tokens per text in training and evaluation"""
-    max_queries: int = 0
-    """evaluate at most this many test queries (0 = all)"""
-    max_documents: int = 2000
-    """search at most this many signatures (the evaluated queries' own always among them; 0 = all)"""
-    n_boot: int = 2000
-    """bootstrap resamples over queries for the intervals"""
-    workers: int = 2
-    """processes fine-tuning and evaluating side by side (one torch thread each); 1 = all in this process"""
 
 
 QUICK = Config(
@@ -93,18 +73,6 @@ def _widths(config: Config) -> tuple[int, ...]:
     return tuple(sorted({*config.dims, _MINILM_DIM}))
 
 
-def _audit_config(config: Config, model: str) -> Any:
-    from contrastlab.audit import AuditConfig
-
-    return AuditConfig(
-        model=model,
-        max_queries=config.max_queries,
-        max_documents=config.max_documents,
-        max_seq_length=config.max_seq_length,
-        progress=False,
-    )
-
-
 def _evaluate(config: Config, model: str, where: Path, train_key: dict[str, Any] | None) -> dict[str, Any]:
     """Per-query R@1 and reciprocal rank of ``model`` at each width (cached in ``where/eval.json``)."""
     import dataclasses
@@ -115,7 +83,7 @@ def _evaluate(config: Config, model: str, where: Path, train_key: dict[str, Any]
     from contrastlab.audit.run import embed, load_inputs
     from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable, write_json_atomic
 
-    cfg = _audit_config(config, model)
+    cfg = audit_config(config, model)
     key = to_jsonable({"audit": asdict(cfg), "widths": _widths(config), "train": train_key})
     try:
         stored = read_json_verified(where / _EVAL_RECORD)
@@ -152,22 +120,8 @@ def _pretrained_task(config: Config, where: str) -> dict[str, Any]:
 def _finetune_task(config: Config, variant: str, seed: int, run_dir: str) -> dict[str, Any]:
     """Fine-tune one (variant, seed) unless its model is cached, then evaluate it at each width (also cached)."""
     folder = Path(run_dir)
-    key = {
-        "variant": variant,
-        "seed": seed,
-        "dims": config.dims if variant == "matryoshka" else (),
-        **{k: getattr(config, k) for k in ("steps", "batch_size", "learning_rate", "temperature", "max_seq_length")},
-    }
-    record = finetuned_model(
-        folder,
-        _loss(variant, config),
-        key,
-        steps=config.steps,
-        batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        seed=seed,
-        max_seq_length=config.max_seq_length,
-    )
+    run_key = {"variant": variant, "seed": seed, "dims": config.dims if variant == "matryoshka" else ()}
+    record = finetuned_model(folder, _loss(variant, config), run_key, config, seed)
     return {**_evaluate(config, str((folder / "model").resolve()), folder, record["key"]), "train": record}
 
 

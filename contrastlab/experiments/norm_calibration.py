@@ -83,6 +83,13 @@ def _init_mlp(in_dim: int, c: Config) -> MLP:
         return MLP(in_dim, [c.hidden, c.hidden], c.dim)
 
 
+def _train_config(c: Config, steps: int) -> TrainConfig:
+    """Adam at the configured step size for ``steps`` steps, logged ten times, quietly."""
+    return TrainConfig(
+        steps=steps, seed=c.seed, progress=False, log_every=max(1, steps // 10), optim=OptimConfig(name="adam", lr=c.lr)
+    )
+
+
 def _concept_world(c: Config, out_dir: Path) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
     world = ConceptWorld(branching=3, depth=3, ambiguous_fraction=0.5, view_noise=c.concept_view_noise, seed=c.seed)
     model = _init_mlp(world.input_dim, c)
@@ -91,13 +98,7 @@ def _concept_world(c: Config, out_dir: Path) -> tuple[Tensor, Tensor, Tensor, Te
         assert b.x_anchor is not None and b.x_positive is not None
         return info_nce(m(b.x_anchor), m(b.x_positive), temperature=c.temperature)
 
-    cfg = TrainConfig(
-        steps=c.concept_steps,
-        seed=c.seed,
-        progress=False,
-        log_every=max(1, c.concept_steps // 10),
-        optim=OptimConfig(name="adam", lr=c.lr),
-    )
+    cfg = _train_config(c, c.concept_steps)
     source = world.batch_source(batch_size=128, seed=c.seed, views=True)
     res = fit(model, loss_fn, source, cfg, out_dir=out_dir / "train_concepts")
     g = stream_generator(c.seed, "concept_views")
@@ -123,13 +124,7 @@ def _digits(c: Config, out_dir: Path) -> tuple[dict[str, tuple[Tensor, Tensor, T
     def loss_fn(m: nn.Module, batch: tuple[Tensor, Tensor, Tensor]) -> Tensor:
         return info_nce(m(batch[0]), m(batch[1]), temperature=c.temperature, symmetric=True)
 
-    cfg = TrainConfig(
-        steps=c.digits_steps,
-        seed=c.seed,
-        progress=False,
-        log_every=max(1, c.digits_steps // 10),
-        optim=OptimConfig(name="adam", lr=c.lr),
-    )
+    cfg = _train_config(c, c.digits_steps)
     res = fit(model, loss_fn, batches.batch_at, cfg, out_dir=out_dir / "train_digits")
     g = stream_generator(c.seed, "corruption")
     x_te = test.float_images()

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached
+from contrastlab.experiments._latent_cl import LatentTraining, aggregate, fmt_mean_sd, plot_lines, run_cached, timing
 from contrastlab.seeds import seed_stream
 
 #: The paper's R² (Linear / Monomial) per d_fixed, mean over 5 seeds.
@@ -98,8 +98,7 @@ def run(config: Config, out_dir: Path) -> dict:
         out_dir / "progressive_violation.png",
     )
     metrics = {f"r2/{g}/d_fixed={m}": v[0] for (g, m), v in r2.items()}
-    metrics["seconds"] = total
-    metrics["cpu_seconds"] = sum(r["cpu_seconds"] for v in res.values() for r in v)
+    metrics.update(timing(res, total))
     desc = "; ".join(f"{g}: " + ", ".join(f"d_fixed {m} → {r2[(g, m)][0]:.2f}" for m in xs) for g in config.generators)
     summary = (
         f"Progressive violation on S^{config.d - 1} with {config.seeds} seed(s), {config.steps} steps, batch "

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from contrastlab.eval.bootstrap import bootstrap_mean
-from contrastlab.experiments._minilm_finetune import TRAIN_RECORD, executor, finetuned_model
+from contrastlab.experiments._minilm_finetune import (
+    TRAIN_RECORD,
+    FinetuneSettings,
+    audit_config,
+    executor,
+    finetuned_model,
+)
 
 if TYPE_CHECKING:
     from contrastlab.eval.probe import MeanCI
@@ -32,31 +38,11 @@ __all__ = ["Config", "QUICK", "TRAIN_RECORD", "run"]
 
 
 @dataclass(frozen=True)
-class Config:
-    """Settings of the fine-tuning comparison."""
+class Config(FinetuneSettings):
+    """Settings of the fine-tuning comparison: the losses, then the settings of every MiniLM fine-tuning run."""
 
     losses: tuple[str, ...] = ("info_nce", "weince")
     """contrastlab losses to fine-tune with: info_nce (= MNRL at τ = 1/scale) and/or weince"""
-    seeds: tuple[int, ...] = (0, 1, 2)
-    """one fine-tuning run per seed and loss (data order and dropout)"""
-    steps: int = 30
-    """optimiser steps of each run (30 × 32 = 960 of the 4,144 training pairs; sized for 2 shared CPU cores)"""
-    batch_size: int = 32
-    """pairs per step (in-batch negatives: batch_size − 1 per query)"""
-    learning_rate: float = 5e-5
-    """AdamW learning rate (linear decay to 0, sentence-transformers' default schedule; higher than its 2e-5 default for the short run)"""
-    temperature: float = 0.05
-    """τ of both losses (MiniLM was trained with MNRL at scale 20, τ = 0.05)"""
-    max_seq_length: int = 64
-    """tokens per text in training and audit"""
-    max_queries: int = 0
-    """audit at most this many test queries (0 = all)"""
-    max_documents: int = 2000
-    """audit against at most this many signatures (the audited queries' own always among them; 0 = all)"""
-    n_boot: int = 2000
-    """bootstrap resamples over queries for the intervals of R@1, MRR and the paired differences"""
-    workers: int = 2
-    """processes fine-tuning and auditing side by side (one torch thread each); 1 = all in this process"""
 
 
 QUICK = Config(
@@ -122,33 +108,15 @@ def _seed_mean_row(name: str, cis: Sequence[MeanCI]) -> list[str]:
     return [f"{name}: mean ± t-interval over {n} seeds", *(ci.format(digits=3) for ci in cis)]
 
 
-def _audit_config(config: Config, model: str) -> Any:
-    from contrastlab.audit import AuditConfig
-
-    return AuditConfig(
-        model=model,
-        max_queries=config.max_queries,
-        max_documents=config.max_documents,
-        max_seq_length=config.max_seq_length,
-        progress=False,
-    )
-
-
-def _train_key(config: Config, loss: str, seed: int) -> dict[str, Any]:
-    """The settings a cached model must have been trained with to be reused."""
-    keep = ("steps", "batch_size", "learning_rate", "temperature", "max_seq_length")
-    return {"loss": loss, "seed": seed, **{k: getattr(config, k) for k in keep}}
-
-
-def _cached_audit(where: Path, audit_config: Any) -> dict[str, Any] | None:
-    """The audit's results in ``where`` if complete, intact and made with ``audit_config``; else None."""
+def _cached_audit(where: Path, cfg: Any) -> dict[str, Any] | None:
+    """The audit's results in ``where`` if complete, intact and made with the audit settings ``cfg``; else None."""
     from contrastlab.io import CorruptFileError, read_json_verified, to_jsonable
 
     try:
         stored = read_json_verified(where / "results.json")
     except (FileNotFoundError, CorruptFileError):
         return None
-    if stored.get("config") != to_jsonable(asdict(audit_config)) or "per_query" not in stored:
+    if stored.get("config") != to_jsonable(asdict(cfg)) or "per_query" not in stored:
         return None
     return {**stored, "out_dir": str(where)}
 
@@ -157,23 +125,15 @@ def _audit_task(config: Config, model: str, where: str) -> dict[str, Any]:
     """Audit one model into ``where`` unless an identical audit is already there."""
     from contrastlab.audit.run import audit
 
-    cfg = _audit_config(config, model)
+    cfg = audit_config(config, model)
     return _cached_audit(Path(where), cfg) or audit(cfg, where)
 
 
 def _finetune_task(config: Config, loss_name: str, seed: int, run_dir: str) -> dict[str, Any]:
     """Fine-tune one (loss, seed) unless its model is cached, then audit it (also cached)."""
     folder = Path(run_dir)
-    record = finetuned_model(
-        folder,
-        _loss(loss_name, config.temperature),
-        _train_key(config, loss_name, seed),
-        steps=config.steps,
-        batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        seed=seed,
-        max_seq_length=config.max_seq_length,
-    )
+    run_key = {"loss": loss_name, "seed": seed}
+    record = finetuned_model(folder, _loss(loss_name, config.temperature), run_key, config, seed)
     result = _audit_task(config, str((folder / "model").resolve()), str(folder / "audit"))  # one name per model
     return {**result, "train": record}
 
@@ -199,7 +159,7 @@ def run(config: Config, out_dir: Path) -> dict:
         results: dict[str, dict[str, Any]] = {tag: fut.result() for tag, fut in jobs.items()}
 
     base = results["pretrained"]["per_query"]
-    mrr_key = mrr_key_of(_audit_config(config, "minilm").ks)
+    mrr_key = mrr_key_of(audit_config(config, "minilm").ks)
     metric_keys = ("recall@1", mrr_key)
     for tag, res in results.items():
         if res["per_query"]["pair_index"] != base["pair_index"]:

@@ -56,18 +56,7 @@ from contrastlab.export.optimize import eager_attention, fuse_transformer
 from contrastlab.io import sha256_file, write_json_atomic
 from contrastlab.losses._common import l2_normalize
 
-__all__ = [
-    "FORMAT_NAME",
-    "FORMAT_VERSION",
-    "MODEL_FILE",
-    "META_FILE",
-    "TOKENIZER_DIR",
-    "OPSET",
-    "OUTPUTS",
-    "export_text_onnx",
-    "export_tensor_onnx",
-    "export_model",
-]
+__all__ = ["export_text_onnx", "export_tensor_onnx", "export_model"]
 
 
 #: Texts of different lengths the text graphs are traced with and checked on.

@@ -19,7 +19,8 @@ import logging
 import shutil
 from pathlib import Path
 
-from contrastlab.export.onnx import MODEL_FILE, _building, _write_meta
+from contrastlab.export.layout import MODEL_FILE
+from contrastlab.export.onnx import _building, _write_meta
 from contrastlab.export.runtime import read_export
 
 __all__ = ["quantize_int8"]

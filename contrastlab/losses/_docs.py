@@ -59,6 +59,16 @@ ARGS: dict[str, str] = {
     "documents": "K documents per anchor. Shape ``(N, K, D)`` (or ``(N, D)`` for K = 1).",
     "teacher_scores": "the teacher's scores of each anchor's positive, then its negatives. Shape ``(N, 1 + K)``.",
     "gather_none": "accepted for the registry's uniform signature; the loss has no cross-row term to gather.",
+    "tau_plus": (
+        "τ⁺ in [0, 1), the class prior of the debiasing: the probability that a drawn negative shares the\n"
+        "anchor's class (0: no debiasing; the papers use 0.01–0.1, their code defaults to 0.1)."
+    ),
+    "chunk_size_kept": (
+        "``None`` chooses the dense path while its kept logits fit\n"
+        ":data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond;\n"
+        "{tiled_int}. All paths give the same numbers."
+    ),
+    "per_row_loss": 'The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.',
 }
 """Key → the shared description (lines broken with ``\\n``, indented where it is put)."""
 

@@ -260,18 +260,15 @@ def debiased_info_nce(
         positive: {simclr_positive}
         negatives: {simclr_negatives}
         temperature: {temperature} The papers' code uses 0.5.
-        tau_plus: τ⁺ in [0, 1), the prior probability that a drawn negative shares the anchor's class
-            (0 gives InfoNCE with the same negatives; the papers use 0.01–0.1).
+        tau_plus: {tau_plus} With τ⁺ = 0 the loss is InfoNCE with the same negatives.
         simclr: {simclr}
         normalize: {normalize}
         reduction: {reductions} (per-row losses).
-        chunk_size: ``None`` chooses the dense path while its kept logits fit
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, the tiled kernel beyond;
-            {tiled_int}. All paths give the same numbers.
+        chunk_size: {chunk_size_kept}
         gather: {gather_candidates} {gather_share}
 
     Returns:
-        The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.
+        {per_row_loss}
 
     Raises:
         TypeError: non-tensor or non-floating inputs, a non-real ``tau_plus``, non-bool flags.

@@ -48,19 +48,18 @@ def hard_negative_info_nce(
         positive: {simclr_positive}
         negatives: {simclr_negatives}
         temperature: {temperature} The paper's code uses 0.5.
-        tau_plus: τ⁺ in [0, 1), the class prior of the debiasing (0: no debiasing; the paper's code
-            defaults to 0.1).
+        tau_plus: {tau_plus}
         beta: β ≥ 0, the concentration of the negatives' weights e^{βS_ij} (0: every negative alike,
-            the debiased loss; the paper's image code defaults to 1.0).
+            the debiased loss; the paper's image code defaults to 1.0). β > 0 takes two sweeps over the
+            negatives, each with its own kept logits.
         simclr: {simclr}
         normalize: {normalize}
         reduction: {reductions} (per-row losses).
-        chunk_size: ``None``: dense while the kept logits of both sweeps fit
-            :data:`contrastlab.losses.tiled.DENSE_MEMORY_BUDGET_BYTES`, tiled beyond; {tiled_int}.
+        chunk_size: {chunk_size_kept}
         gather: {gather_candidates} {gather_share}
 
     Returns:
-        The loss, float32 (float64 for float64 inputs); ``(R,)`` per-row losses for ``"none"``.
+        {per_row_loss}
 
     Raises:
         TypeError: non-tensor or non-floating inputs, a non-real ``tau_plus`` or ``beta``, non-bool flags.

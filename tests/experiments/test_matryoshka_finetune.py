@@ -5,18 +5,9 @@ import pytest
 
 from contrastlab.experiments import get_experiment, run_experiment
 from contrastlab.experiments.matryoshka_finetune import QUICK, Config
+from tests.experiments._minilm import TINY_FINETUNE
 
-TINY = {
-    "dims": (32, 384),
-    "seeds": (0,),
-    "steps": 1,
-    "batch_size": 4,
-    "max_seq_length": 12,
-    "max_queries": 5,
-    "max_documents": 30,
-    "n_boot": 50,
-    "workers": 1,
-}
+TINY = {**TINY_FINETUNE, "dims": (32, 384)}
 
 
 def test_registered_with_a_smaller_quick_config() -> None:

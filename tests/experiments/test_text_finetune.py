@@ -6,17 +6,7 @@ import pytest
 from contrastlab.eval.probe import mean_ci
 from contrastlab.experiments import run_experiment
 from contrastlab.experiments.text_finetune import TRAIN_RECORD, _seed_mean_row
-
-TINY = {
-    "seeds": (0,),
-    "steps": 1,
-    "batch_size": 4,
-    "max_seq_length": 12,
-    "max_queries": 5,
-    "max_documents": 30,
-    "n_boot": 50,
-    "workers": 1,
-}
+from tests.experiments._minilm import TINY_FINETUNE as TINY
 
 
 @pytest.mark.slow

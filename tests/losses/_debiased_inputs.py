@@ -2,6 +2,8 @@
 
 import torch
 
+from tests.losses._inputs import anchors_positives_negatives
+
 #: The negatives layouts: in-batch, SimCLR's 2N views, shared ``(M, D)`` and per-anchor ``(N, K, D)``.
 LAYOUTS = ("in-batch", "simclr", "shared", "per-anchor")
 
@@ -12,13 +14,9 @@ def mixed_noise(n: int) -> torch.Tensor:
 
 
 def layout_inputs(layout: str, n: int, seed: int, noise: float | torch.Tensor = 0.8, d: int = 5):
-    """Anchors, positives (anchor + noise: smaller noise, more rows clamped) and the layout's negatives."""
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, d, generator=g, dtype=torch.float64)
-    p = a + noise * torch.randn(n, d, generator=g, dtype=torch.float64)
-    negs = None
-    if layout == "shared":
-        negs = torch.randn(6, d, generator=g, dtype=torch.float64)
-    elif layout == "per-anchor":
-        negs = torch.randn(n, 4, d, generator=g, dtype=torch.float64)
-    return a, p, negs
+    """Anchors, positives (anchor + noise: smaller noise, more rows clamped) and the layout's negatives.
+
+    Six shared negatives, or four per anchor.
+    """
+    k = 6 if layout == "shared" else 4
+    return anchors_positives_negatives(layout.replace("-", "_"), n, d, k, noise=noise, seed=seed)

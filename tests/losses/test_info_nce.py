@@ -4,21 +4,14 @@ import pytest
 import torch
 
 from contrastlab.losses import InfoNCELoss, LearnableTemperature, info_nce
+from tests.losses._inputs import anchors_positives_negatives
 from tests.losses.reference import info_nce_loop
 
 MODES = ["inbatch", "shared", "per_anchor"]
 
 
 def _inputs(mode: str, n: int, d: int, k: int, seed: int = 0, dtype=torch.float64):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, d, generator=g, dtype=dtype)
-    p = a + 0.5 * torch.randn(n, d, generator=g, dtype=dtype)
-    negs = None
-    if mode == "shared":
-        negs = torch.randn(k, d, generator=g, dtype=dtype)
-    elif mode == "per_anchor":
-        negs = torch.randn(n, k, d, generator=g, dtype=dtype)
-    return a, p, negs
+    return anchors_positives_negatives(mode, n, d, k, noise=0.5, seed=seed, dtype=dtype)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -12,6 +12,7 @@ from contrastlab.losses.tiled import (
     _TiledPerAnchorLSE,
     plan_chunk_size,
 )
+from tests.losses._inputs import anchors_positives_negatives
 from tests.losses.reference import info_nce_loop, nt_xent_loop, to64
 
 # (negatives kind, variant, symmetric); "ntxent" is nt_xent's 2N-view case.
@@ -29,15 +30,7 @@ MODES = [
 
 
 def _data(kind: str, n: int, d: int, k: int, *, dtype=torch.float32, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    a = torch.randn(n, d, generator=g, dtype=dtype)
-    p = a + 0.7 * torch.randn(n, d, generator=g, dtype=dtype)
-    negs = None
-    if kind == "shared":
-        negs = torch.randn(k, d, generator=g, dtype=dtype)
-    elif kind == "per_anchor":
-        negs = torch.randn(n, k, d, generator=g, dtype=dtype)
-    return a, p, negs
+    return anchors_positives_negatives(kind, n, d, k, noise=0.7, seed=seed, dtype=dtype)
 
 
 def _loss_and_grads(kind, variant, symmetric, a, p, negs, tau, chunk_size, reduction="mean", upstream=None):
