@@ -415,13 +415,21 @@ def scifact_data(task_dir: Path, batch: int, false_negatives: str | None = None)
 
 
 def minilm_job(
-    data: Any, args: Any, steps: int, seed: int, log_every: int, schedule: str = "cosine", checkpointing: bool = False
+    data: Any,
+    args: Any,
+    steps: int,
+    seed: int,
+    log_every: int,
+    schedule: str = "cosine",
+    checkpointing: bool = False,
+    mmap_threshold_mib: int = 0,
 ) -> Any:
     """The ``contrastlab train`` fine-tune of the bundled MiniLM on ``data`` that the text benchmarks time.
 
     InfoNCE at τ = 0.05 (sentence-transformers' MNRL at scale 20); AdamW at ``args.lr`` with a 10% warm-up,
     then ``schedule``; texts cut at ``args.max_seq_length`` tokens; ``checkpointing``: the encoder's gradient
-    checkpointing; quiet; two held-out pairs.
+    checkpointing; ``mmap_threshold_mib``: ``train.mmap_threshold_mib`` (0: glibc's default); quiet; two held-out
+    pairs.
     """
     from contrastlab.train import OptimConfig, TrainConfig
     from contrastlab.train.job.config import EncoderConfig, EvalConfig, JobConfig, LossConfig
@@ -430,6 +438,13 @@ def minilm_job(
         name="minilm", out_dim=384, max_seq_length=args.max_seq_length, gradient_checkpointing=checkpointing
     )
     optim = OptimConfig(name="adamw", lr=args.lr, warmup_steps=max(1, steps // 10), schedule=schedule)  # type: ignore[arg-type]
-    train = TrainConfig(steps=steps, seed=seed, progress=False, log_every=log_every, optim=optim)
+    train = TrainConfig(
+        steps=steps,
+        seed=seed,
+        progress=False,
+        log_every=log_every,
+        optim=optim,
+        mmap_threshold_mib=mmap_threshold_mib,
+    )
     loss = LossConfig(name="info_nce", temperature=0.05)
     return JobConfig(data=data, encoder=encoder, loss=loss, train=train, eval=EvalConfig(n=2))

@@ -89,7 +89,15 @@ def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing
         data = scifact_data(args.data, args.batch)
     else:
         data = DataConfig(name="text", batch_size=args.batch, text=TextDataConfig(path=str(pairs_file)))
-    return minilm_job(data, args, args.steps, args.seed, log_every=args.steps, checkpointing=checkpointing)
+    return minilm_job(
+        data,
+        args,
+        args.steps,
+        args.seed,
+        log_every=args.steps,
+        checkpointing=checkpointing,
+        mmap_threshold_mib=args.mmap_threshold_mib,
+    )
 
 
 def child_st(args: argparse.Namespace) -> dict:
@@ -144,6 +152,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--mmap-threshold-mib", type=int, default=0, help="train.mmap_threshold_mib of both contrastlab arms (0: off)"
+    )
     ap.add_argument("--child", choices=("st", "contrastlab"), help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--config", type=Path, help=argparse.SUPPRESS)

@@ -73,6 +73,12 @@ class TrainConfig:
     malloc_trim; :mod:`contrastlab.train.loop.heap`): the peak resident memory stays at one step's need instead of
     growing with the heap's fragmentation, for the page faults of re-touching the freed memory in the next
     step; changes no computed value"""
+    mmap_threshold_mib: int = 0
+    """on the CPU, from the start of the run every allocation of at least this many MiB gets a mapping of its
+    own, returned to the operating system when freed (glibc's mallopt M_MMAP_THRESHOLD; at most 32, the
+    ceiling of glibc's own dynamic threshold, above which a fixed one changes nothing but the dynamic rise;
+    :mod:`contrastlab.train.loop.heap`): the heap no longer fragments under a step's activations, for more page
+    faults; process-wide, it stays in effect after the run; changes no computed value; 0: glibc's default"""
     embed_minibatch: int | None = None
     """gradient caching (Gao et al. 2021, arXiv 2101.06983): embed this many rows per forward pass and
     back-propagate the cached gradient of the loss (memory of one mini-batch's activations, one extra
@@ -87,6 +93,8 @@ class TrainConfig:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.log_every == 0:
             raise ConfigError("log_every must be >= 1, got 0")
+        if not 0 <= self.mmap_threshold_mib <= 32:
+            raise ConfigError(f"mmap_threshold_mib must be in [0, 32], got {self.mmap_threshold_mib}")
         if self.embed_minibatch is not None and self.embed_minibatch < 1:
             raise ConfigError(f"embed_minibatch must be >= 1 or None, got {self.embed_minibatch}")
         if not (self.device in ("cpu", "cuda", "auto", "mps") or self.device.startswith("cuda:")):

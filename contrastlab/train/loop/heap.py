@@ -9,6 +9,13 @@ and 92.8 s with :func:`trim_heap` after every step (``train.trim_memory``) — t
 in again by the next step, which is what the extra CPU time pays for. ``malloc_trim(0)`` (glibc ≥ 2.8) returns
 the free pages of every arena, so each step starts from a heap holding only live memory. It changes no
 value that is computed.
+
+A fixed mmap threshold attacks the same creep at its source. glibc serves an allocation of at least
+``M_MMAP_THRESHOLD`` bytes from a mapping of its own, unmapped on free, and by default raises that threshold
+(up to 32 MiB) each time such a chunk is freed, so after the first step most activations come from the heap
+and fragment it. :func:`set_mmap_threshold` (``train.mmap_threshold_mib``) fixes the threshold, which also stops
+its dynamic rise: every activation at least that large comes and goes whole. It is process-wide and stays in
+effect after the run (glibc has no way back to the dynamic threshold); the extra page faults are its cost.
 """
 
 from __future__ import annotations
@@ -18,23 +25,26 @@ import ctypes.util
 import functools
 from collections.abc import Callable
 
-__all__ = ["trim_heap"]
+__all__ = ["set_mmap_threshold", "trim_heap"]
+
+#: ``mallopt``'s parameter number of the mmap threshold (glibc's malloc.h).
+_M_MMAP_THRESHOLD = -3
 
 
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    """The C library's ``malloc_trim`` (glibc), or None where the C library has none (macOS, musl, Windows)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
+def _libc_function(name: str, argtypes: tuple[type, ...]) -> Callable[..., int] | None:
+    """The C library's function ``name`` (glibc), or None where the C library lacks it (macOS, musl, Windows)."""
+    path = ctypes.util.find_library("c")
+    if path is None:
         return None
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(path)
     except OSError:
         return None
-    fn = getattr(libc, "malloc_trim", None)
+    fn = getattr(libc, name, None)
     if fn is None:
         return None
-    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    fn.argtypes, fn.restype = list(argtypes), ctypes.c_int
     return fn  # type: ignore[no-any-return]
 
 
@@ -44,8 +54,26 @@ def trim_heap() -> bool:
     Returns:
         True when glibc's ``malloc_trim`` was called, False where the C library has none (nothing done).
     """
-    fn = _malloc_trim()
+    fn = _libc_function("malloc_trim", (ctypes.c_size_t,))
     if fn is None:
         return False
     fn(0)
     return True
+
+
+def set_mmap_threshold(nbytes: int) -> bool:
+    """Serve every allocation of at least ``nbytes`` from its own mapping (glibc ``mallopt(M_MMAP_THRESHOLD)``).
+
+    Args:
+        nbytes: the threshold in bytes, at least 1.
+
+    Returns:
+        True when glibc accepted it, False where the C library has no ``mallopt`` or refused the value.
+
+    Raises:
+        ValueError: ``nbytes`` below 1.
+    """
+    if nbytes < 1:
+        raise ValueError(f"nbytes must be >= 1, got {nbytes}")
+    fn = _libc_function("mallopt", (ctypes.c_int, ctypes.c_int))
+    return fn is not None and fn(_M_MMAP_THRESHOLD, nbytes) == 1

@@ -38,7 +38,7 @@ from contrastlab.train.loop.checkpoint import (
 )
 from contrastlab.train.loop.config import TrainConfig
 from contrastlab.train.loop.grad_cache import cached_backward, check_row_independent
-from contrastlab.train.loop.heap import trim_heap
+from contrastlab.train.loop.heap import set_mmap_threshold, trim_heap
 from contrastlab.train.loop.objective import EmbeddingObjective, split_loss_output
 from contrastlab.train.loop.schedule import LRSchedule
 
@@ -340,6 +340,8 @@ def fit(
     distributed = cd.is_distributed()
     is_main = cd.rank() == 0
     device = cd.local_device(resolve_device(config.device))
+    if config.mmap_threshold_mib and device.type == "cpu":
+        set_mmap_threshold(config.mmap_threshold_mib * 2**20)
     out = Path(out_dir) if out_dir is not None else None
     metrics_path = out / METRICS_NAME if out is not None and is_main else None
     if out is not None and is_main:
