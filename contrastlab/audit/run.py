@@ -333,14 +333,6 @@ def audit_source(
     return _report(cfg, inputs, emb, found, timing, out, started, t0)
 
 
-def _pairs_measures(ks: tuple[int, ...]) -> dict[str, str]:
-    """trec_eval's measure → the pairs audit's name: ``recall@k``, ``ndcg@k``, ``mrr@K`` (K the largest), ``map@r``."""
-    ks = tuple(sorted(set(ks)))
-    names = {f"success.{k}": f"recall@{k}" for k in ks}
-    names.update({f"ndcg_cut.{k}": f"ndcg@{k}" for k in ks})
-    return {**names, f"mrr_cut.{ks[-1]}": diag.mrr_key(ks), "map_at_r": "map@r"}
-
-
 @dataclass(frozen=True)
 class _Found:
     """What the diagnostics stage measured.
@@ -475,7 +467,7 @@ def _diagnose(
     q_u = q_all_u[:n_q]
     top_k = cfg.top_k if src is None else max(cfg.top_k, *cfg.ks)
     ids, _ = task_run(q_u, corpus, inputs, top_k=top_k, ignore_identical_ids=cfg.ignore_identical_ids and src is None)
-    named = {} if src is None else _pairs_measures(cfg.ks)
+    named = {} if src is None else diag.pair_measures(cfg.ks)
     per_query = graded_metrics(ids, inputs.judged, [*MEASURES, *named])
     if src is None:
         intervals = {k: bootstrap_mean(per_query[k], cfg.n_boot, rng) for k in per_query}
@@ -616,7 +608,7 @@ def _retrieval(
             "rows": [[name, *v, n_q] for name, v in iv.items()],
         }
         per_query = {"pair_index": src.eval_pairs}
-        per_query.update({n: found.per_query[m.replace(".", "_")] for m, n in _pairs_measures(cfg.ks).items()})
+        per_query.update({n: found.per_query[m.replace(".", "_")] for m, n in diag.pair_measures(cfg.ks).items()})
         per_query = {k: v for k, v in per_query.items() if k in ("pair_index", "recall@1") or k.startswith("mrr@")}
         return head, {name: v[0] for name, v in iv.items()}, table, per_query
     head = ", ".join(f"{_label(m)} = {_iv_text(iv[m.replace('.', '_')], 4)}" for m in HEADLINE[:3])

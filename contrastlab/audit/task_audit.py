@@ -49,7 +49,6 @@ __all__ = [
     "HEADLINE",
     "TaskInputs",
     "task_inputs",
-    "audit_task",
     "task_identity",
     "mteb_results",
 ]
@@ -208,26 +207,3 @@ def mteb_results(
         "written_by": f"contrastlab {contrastlab.__version__}",
         "comparable": not subset,
     }
-
-
-def audit_task(
-    cfg: AuditConfig,
-    out: Path,
-    *,
-    ray: Any,
-    shards: int | None,
-    engine: str,
-    address: str | None,
-    t0: float,
-    encoder: Any = None,
-) -> dict[str, Any]:
-    """The audit on ``cfg.task`` (:func:`contrastlab.audit.run.audit_source`): its run folder and ``mteb_results.json``.
-
-    ``ray``: a connected Ray module or ``None`` (the caller's engine session). ``encoder``: the text model
-    already loaded for ``cfg`` (:func:`contrastlab.audit.task_suite.audit_tasks` loads it once for every
-    task); ``None`` loads it.
-    """
-    from contrastlab.audit.run import audit_source
-
-    assert cfg.task is not None
-    return audit_source(cfg, out, ray=ray, shards=shards, engine=engine, address=address, t0=t0, encoder=encoder)

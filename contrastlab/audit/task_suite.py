@@ -1,7 +1,7 @@
 """``audit_tasks(config, tasks)``: one model audited on several retrieval tasks, and its scores across them.
 
 The model is loaded once; each task is then audited exactly as ``audit(config)`` with ``config.task`` audits
-it alone (:func:`contrastlab.audit.task_audit.audit_task`: the same seed, draws, intervals and files), into a
+it alone (:func:`contrastlab.audit.run.audit_source`: the same seed, draws, intervals and files), into a
 sub-folder of the output folder named for the task's folder (``OUT/scifact``, ``OUT/nfcorpus``; two tasks
 whose folders share a name take their parent's name too, ``OUT/cqadupstack-android``). ``OUT`` itself gets
 a ``results.json`` (``name`` ``audit_tasks``) and a report with one table across the tasks: nDCG@10, MAP@100,
@@ -33,8 +33,7 @@ from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.inputs import load_model
 from contrastlab.audit.output import write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
-from contrastlab.audit.run import ENGINES, _engine_session
-from contrastlab.audit.task_audit import audit_task
+from contrastlab.audit.run import ENGINES, _engine_session, audit_source
 from contrastlab.eval.bootstrap import stratified_bootstrap_mean
 from contrastlab.search.graded import mteb_name
 from contrastlab.tasks import task_folder
@@ -139,7 +138,7 @@ def audit_tasks(
         model_s = time.perf_counter() - t
         for given, name in zip(tasks, names, strict=True):
             t = time.perf_counter()
-            res = audit_task(
+            res = audit_source(
                 replace(cfg, task=str(given)),
                 out / name,
                 ray=ray,
