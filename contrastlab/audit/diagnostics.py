@@ -49,7 +49,7 @@ from contrastlab.eval.probe import MeanCI, mean_ci
 from contrastlab.eval.tails import TailReport, isotropic_xi, pot_fit
 from contrastlab.losses import alignment, uniformity
 from contrastlab.losses.weince import anchor_tail_stats
-from contrastlab.search import SoftmaxSearch, entropy, log_partition, log_prob
+from contrastlab.search import log_partition, log_prob
 from contrastlab.search.graded import Judgements, graded_metrics, rank_run
 from contrastlab.search.sharded import ShardedSearch
 from contrastlab.theory.risk import mc_estimate, tuple_loss
@@ -187,22 +187,6 @@ def fit_temperature(
         objective, bounds=(math.log(tau_min), math.log(tau_max)), method="bounded", options={"xatol": 1e-3}
     )
     return float(math.exp(res.x)), sorted(seen.items())
-
-
-def softmax_search_summary(queries: Tensor, documents: Tensor | ShardedSearch, temperature: float) -> dict[str, float]:
-    """Mean log-partition and mean entropy of the softmax search at τ (and log M, the uniform entropy).
-
-    ``documents``: unit vectors ``(M, D)``, or a cosine corpus.
-    """
-    if isinstance(documents, ShardedSearch):
-        log_z = documents.log_partition(queries, temperature=temperature)
-        h = documents.entropy(queries, temperature=temperature)
-        m = documents.ntotal
-    else:
-        log_z = log_partition(queries, documents, temperature=temperature)
-        h = entropy(SoftmaxSearch(queries, documents, 1.0 / temperature))
-        m = documents.shape[0]
-    return {"log_partition": float(log_z.mean()), "entropy": float(h.mean()), "log_num_documents": math.log(m)}
 
 
 def _excluded(rel: np.ndarray, exclude: np.ndarray | None, m: int) -> np.ndarray:

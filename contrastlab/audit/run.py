@@ -101,10 +101,6 @@ def _select(
     return ev, va, docs
 
 
-def _ci_row(name: str, ci: Any) -> list[Any]:
-    return [name, ci.mean, ci.low, ci.high, ci.n]
-
-
 @dataclass(frozen=True)
 class AuditInputs:
     """The inputs stage: the pairs, the model, and which pairs and documents are audited.
