@@ -31,7 +31,7 @@ import datetime as _dt
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -69,6 +69,8 @@ __all__ = [
     "pairs_task",
     "embed",
     "open_corpus",
+    "measure_label",
+    "interval_text",
 ]
 
 _MIN_TAIL_PAIRS = 1000  # the POT fit's 0.99 quantile keeps 1% of the negatives and needs at least 10
@@ -581,7 +583,7 @@ def _tau(taus: tuple[float, float]) -> float:
     return taus[0] if taus[0] == taus[1] else float(np.exp(np.mean(np.log(taus))))
 
 
-def _label(measure: str) -> str:
+def measure_label(measure: str) -> str:
     """``ndcg_cut.10`` → ``nDCG@10`` for tables."""
     kind, k = measure.split(".")
     return {"ndcg_cut": "nDCG", "map_cut": "MAP", "recall": "Recall", "P": "P", "mrr_cut": "MRR"}[kind] + f"@{k}"
@@ -596,7 +598,7 @@ def _retrieval(
     if src is not None:
         k_first, mrr = f"recall@{min(cfg.ks)}", diag.mrr_key(cfg.ks)
         head = ", ".join(
-            f"{n.replace('recall', 'R').replace('mrr', 'MRR')} = {_iv_text(iv[n], 3)}" for n in (k_first, mrr)
+            f"{n.replace('recall', 'R').replace('mrr', 'MRR')} = {interval_text(iv[n], 3)}" for n in (k_first, mrr)
         )
         table = {
             "title": "Retrieval (mean and 95% t-interval over queries)",
@@ -604,16 +606,17 @@ def _retrieval(
             "rows": [[name, *v, n_q] for name, v in iv.items()],
         }
         per_query = {"pair_index": src.eval_pairs}
-        per_query.update({n: found.per_query[m.replace(".", "_")] for m, n in diag.pair_measures(cfg.ks).items()})
-        per_query = {k: v for k, v in per_query.items() if k in ("pair_index", "recall@1") or k.startswith("mrr@")}
+        for m, n in diag.pair_measures(cfg.ks).items():  # for paired comparisons: R@1 and MRR
+            if n == "recall@1" or n.startswith("mrr@"):
+                per_query[n] = found.per_query[m.replace(".", "_")]
         return head, {name: v[0] for name, v in iv.items()}, table, per_query
-    head = ", ".join(f"{_label(m)} = {_iv_text(iv[m.replace('.', '_')], 4)}" for m in HEADLINE[:3])
+    head = ", ".join(f"{measure_label(m)} = {interval_text(iv[m.replace('.', '_')])}" for m in HEADLINE[:3])
     head += " (95% bootstrap intervals over queries)"
     table = {
         "title": f"{task.name} ({task.split}): retrieval, mean and 95% bootstrap interval over {n_q:,} queries",
         "columns": ["metric", "MTEB name", "mean", "low", "high"],
         "rows": [
-            [_label(m), mteb_name(m), *iv[m.replace(".", "_")]]
+            [measure_label(m), mteb_name(m), *iv[m.replace(".", "_")]]
             for m in sorted(MEASURES, key=lambda m: (m not in HEADLINE, MEASURES.index(m)))
             if m in HEADLINE or m.split(".")[1] in ("1", "10", "100")
         ],
@@ -622,7 +625,8 @@ def _retrieval(
     return head, {mteb_name(m): iv[m.replace(".", "_")][0] for m in MEASURES}, table, per_query
 
 
-def _iv_text(v: tuple[float, float, float] | list[float], digits: int) -> str:
+def interval_text(v: Sequence[float], digits: int = 4) -> str:
+    """``(mean, low, high)`` as ``"mean [low, high]"`` with ``digits`` decimals."""
     return f"{v[0]:.{digits}f} [{v[1]:.{digits}f}, {v[2]:.{digits}f}]"
 
 
