@@ -51,8 +51,15 @@ from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
-from contrastlab.audit.task_audit import HEADLINE, MEASURES, TaskInputs, load_task_inputs, mteb_results, task_identity
-from contrastlab.audit.task_audit import task_inputs as task_inputs
+from contrastlab.audit.task_audit import (
+    HEADLINE,
+    MEASURES,
+    TaskInputs,
+    load_task_inputs,
+    mteb_results,
+    task_identity,
+    task_inputs,
+)
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.eval.probe import mean_ci
 from contrastlab.search.graded import graded_metrics, mteb_name, rank_run, tie_keys
