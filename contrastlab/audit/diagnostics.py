@@ -5,9 +5,9 @@ the document of query i's pair. Memory is bounded by the embeddings themselves p
 nothing of size Q × M is ever held (searches go through faiss, partitions through the streamed
 softmax-search functions, tails through a seeded subsample).
 
-* :func:`retrieval` — recall@k, nDCG@k, MRR and MAP@R per query (:mod:`contrastlab.search.metrics`)
-  from an exact search (:class:`~contrastlab.search.sharded.ShardedSearch`), with Student-t intervals
-  (:func:`contrastlab.eval.probe.mean_ci`).
+* :func:`retrieval` — recall@k, nDCG@k, MRR and MAP@R per query (:mod:`contrastlab.search.graded`, named
+  by :func:`pair_measures`) from an exact search (:class:`~contrastlab.search.sharded.ShardedSearch`)
+  ranked as trec_eval ranks it, with Student-t intervals (:func:`contrastlab.eval.probe.mean_ci`).
 * :func:`fit_temperature` — the τ minimising the held-out pair cross-entropy −log P_τ(rel | q) of the
   softmax search over the whole document set (Whiteley 2026, eq. 6). In β = 1/τ the objective
   log Σ_j e^{β s_j} − β s_rel is convex (a log-sum-exp of linear functions minus a linear one), so a
@@ -49,14 +49,15 @@ from contrastlab.eval.probe import MeanCI, mean_ci
 from contrastlab.eval.tails import TailReport, isotropic_xi, pot_fit
 from contrastlab.losses import alignment, uniformity
 from contrastlab.losses.weince import anchor_tail_stats
-from contrastlab.search import SoftmaxSearch, entropy, log_partition, log_prob
-from contrastlab.search.metrics import map_at_r, mrr, ndcg_at_k, recall_at_k
+from contrastlab.search import log_partition, log_prob
+from contrastlab.search.graded import Judgements, graded_metrics, rank_run
 from contrastlab.search.sharded import ShardedSearch
 from contrastlab.theory.risk import mc_estimate, tuple_loss
 from contrastlab.theory.slope import fit_slope
 
 __all__ = [
     "mrr_key",
+    "pair_measures",
     "RetrievalResult",
     "retrieval",
     "held_out_cross_entropy",
@@ -91,6 +92,17 @@ def mrr_key(ks: tuple[int, ...]) -> str:
     return f"mrr@{max(ks)}"
 
 
+def pair_measures(ks: tuple[int, ...]) -> dict[str, str]:
+    """trec_eval's measure → the audit's name on pairs: ``recall@k``, ``ndcg@k``, ``mrr@K`` and ``map@r``.
+
+    With one relevant document per query ``recall@k`` is ``success.k`` (equal to ``recall.k``).
+    """
+    ks = tuple(sorted(set(ks)))
+    names = {f"success.{k}": f"recall@{k}" for k in ks}
+    names.update({f"ndcg_cut.{k}": f"ndcg@{k}" for k in ks})
+    return {**names, f"mrr_cut.{ks[-1]}": mrr_key(ks), "map_at_r": "map@r"}
+
+
 def _as_corpus(documents: Tensor | ShardedSearch) -> ShardedSearch:
     """Documents as a searchable corpus: a tensor becomes one in-process shard whose ids are its row positions."""
     if isinstance(documents, ShardedSearch):
@@ -107,7 +119,8 @@ def retrieval(
     largest; :func:`mrr_key`) and ``map@r`` — whatever the number of documents M: a cut-off k > M ranks
     every document, so it is the cut-off M (``recall@k`` is then 1, each query's document being among them).
 
-    Equal scores are ranked by ascending document id (:meth:`~contrastlab.search.sharded.ShardedSearch.search`).
+    Equal scores are ranked as trec_eval ranks them, by document id decreasing
+    (:func:`~contrastlab.search.graded.rank_run`; a document's id is its position: the later document first).
 
     Shape:
         queries: ``(Q, D)``; documents: ``(M, D)``, or a cosine corpus whose ids are the document positions;
@@ -115,21 +128,17 @@ def retrieval(
     """
     corpus = _as_corpus(documents)
     ks = tuple(sorted(set(ks)))
-    depth = min(ks[-1], corpus.ntotal)
-    res = corpus.search(queries, depth)
-    hits = res.ids == np.asarray(rel)[:, None]  # (Q, depth)
-    n_rel = np.ones(hits.shape[0], dtype=np.int64)  # one document per pair
-    per: dict[str, np.ndarray] = {}
-    for k in ks:
-        per[f"recall@{k}"] = np.asarray(recall_at_k(hits, n_rel, min(k, depth), reduction="none"))
-    for k in ks:
-        per[f"ndcg@{k}"] = np.asarray(ndcg_at_k(hits, n_rel, min(k, depth), reduction="none"))
-    per[mrr_key(ks)] = np.asarray(mrr(hits, n_rel, reduction="none"))
-    per["map@r"] = np.asarray(map_at_r(hits, n_rel, reduction="none"))
+    res = corpus.search(queries, min(ks[-1], corpus.ntotal))
+    m, q = corpus.ntotal, len(rel)
+    ids, scores = rank_run(res.ids, res.scores, np.arange(m)[::-1].copy())  # ties: the larger position first
+    judged = Judgements(np.arange(q + 1), np.asarray(rel, dtype=np.int64), np.ones(q, dtype=np.int64), m)
+    names = pair_measures(ks)
+    graded = graded_metrics(ids, judged, list(names))
+    per = {name: graded[measure.replace(".", "_")] for measure, name in names.items()}
     return RetrievalResult(
         metrics={name: mean_ci(v.tolist()) for name, v in per.items()},
-        correct_top1=hits[:, 0].astype(np.float64),
-        top1_score=res.scores[:, 0].astype(np.float64),
+        correct_top1=(ids[:, 0] == np.asarray(rel)).astype(np.float64),
+        top1_score=scores[:, 0].astype(np.float64),
         per_query=per,
     )
 
@@ -178,22 +187,6 @@ def fit_temperature(
         objective, bounds=(math.log(tau_min), math.log(tau_max)), method="bounded", options={"xatol": 1e-3}
     )
     return float(math.exp(res.x)), sorted(seen.items())
-
-
-def softmax_search_summary(queries: Tensor, documents: Tensor | ShardedSearch, temperature: float) -> dict[str, float]:
-    """Mean log-partition and mean entropy of the softmax search at τ (and log M, the uniform entropy).
-
-    ``documents``: unit vectors ``(M, D)``, or a cosine corpus.
-    """
-    if isinstance(documents, ShardedSearch):
-        log_z = documents.log_partition(queries, temperature=temperature)
-        h = documents.entropy(queries, temperature=temperature)
-        m = documents.ntotal
-    else:
-        log_z = log_partition(queries, documents, temperature=temperature)
-        h = entropy(SoftmaxSearch(queries, documents, 1.0 / temperature))
-        m = documents.shape[0]
-    return {"log_partition": float(log_z.mean()), "entropy": float(h.mean()), "log_num_documents": math.log(m)}
 
 
 def _excluded(rel: np.ndarray, exclude: np.ndarray | None, m: int) -> np.ndarray:

@@ -1,24 +1,28 @@
 """``audit(config, out_dir)``: the four papers' diagnostics on any embedding model, written as a run folder.
 
-The output folder gets what every contrastlab run has — ``results.json`` (summary, metrics, tables,
-figures, config, provenance, host), its figures, and ``report.md`` / ``report.html`` from
-:func:`contrastlab.report.write_report`. Everything is computed first and written into a temporary
-folder beside ``out_dir``, then moved in, so a failure leaves no partial results behind.
+Every source is a retrieval task in memory (:class:`~contrastlab.audit.task_audit.TaskInputs`): a task in
+BEIR's layout (:mod:`contrastlab.audit.task_audit`), or pairs — a pairs file, the code corpus, a run's
+held-out pairs or a ``.npy`` of their embeddings — each audited pair a query whose one document has grade 1
+(:func:`pairs_task`). One pipeline audits them all, in five stages, each timed in ``results.json``
+(``timing.stages``):
 
-The audit runs in five stages, each timed in ``results.json`` (``timing.stages``):
-
-1. **inputs** — the pairs, the model, the seeded choice of queries and documents (all bad input fails here);
-2. **store** — the embeddings of the chosen queries and documents (document ``j``'s id is its position);
+1. **inputs** — the task or the pairs, the model, the seeded choice of queries and documents (all bad input
+   fails here);
+2. **store** — the embeddings of the chosen queries and documents (:func:`embed`; document ``j``'s id is its
+   position);
 3. **index** — the documents as a searchable corpus, :class:`~contrastlab.search.sharded.ShardedSearch`:
    the one seam where the engine plugs in. ``engine="local"`` holds them in this process (one shard by
    default: exactly the one-process computation), ``engine="ray"`` in one Ray actor per shard
    (``contrastlab.scale.sharded_search``); both run the same per-shard code and exact merges;
-4. **diagnostics** — retrieval, the softmax search, the risk curve, tails and norms, the passes over the
-   whole document set going through the corpus; then the norm paper's three claims
-   (:mod:`contrastlab.audit.norm_audit`, which embeds its word list and word pairs here); with ``compress``,
-   the compression audit (:func:`~contrastlab.audit.compress.compression_audit`) of the same queries and
-   documents at τ*;
-5. **report** — summary, tables and figures, written atomically.
+4. **diagnostics** — the top documents of every query ranked as trec_eval ranks them and scored by
+   :func:`contrastlab.search.graded.graded_metrics` (MTEB's scores; on pairs also ``recall@k``, ``ndcg@k``,
+   ``mrr@K`` and ``map@r`` with Student-t intervals), the softmax search at τ* (on pairs fitted on the valid
+   pairs' queries, on a task cross-fitted over two folds), the risk curve, tails, geometry and norms, the
+   norm paper's three claims (:mod:`contrastlab.audit.norm_audit`) and, with ``compress``, the compression
+   audit (:func:`~contrastlab.audit.compress.compression_audit`) at τ*;
+5. **report** — summary, tables and figures, ``results.json`` and ``mteb_results.json`` (MTEB's layout),
+   computed first and written into a temporary folder beside ``out_dir``, then moved in, so a failure
+   leaves no partial results behind.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import datetime as _dt
 import math
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -47,10 +51,34 @@ from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
+from contrastlab.audit.task_audit import (
+    HEADLINE,
+    MEASURES,
+    TaskInputs,
+    load_task_inputs,
+    mteb_results,
+    task_identity,
+    task_inputs,
+)
+from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.eval.probe import mean_ci
+from contrastlab.search.graded import graded_metrics, mteb_name, rank_run, tie_keys
 from contrastlab.search.sharded import ShardedSearch
+from contrastlab.tasks import RetrievalTask
 
-__all__ = ["audit", "ENGINES", "AuditInputs", "AuditEmbeddings", "load_inputs", "embed", "open_corpus"]
+__all__ = [
+    "audit",
+    "audit_source",
+    "ENGINES",
+    "AuditInputs",
+    "AuditEmbeddings",
+    "load_inputs",
+    "pairs_task",
+    "embed",
+    "open_corpus",
+    "measure_label",
+    "interval_text",
+]
 
 _MIN_TAIL_PAIRS = 1000  # the POT fit's 0.99 quantile keeps 1% of the negatives and needs at least 10
 
@@ -80,10 +108,6 @@ def _select(
         extra = rng.choice(rest, size=max(0, min(rest.size, config.max_documents - needed.size)), replace=False)
         docs = np.sort(np.concatenate([needed, extra]))
     return ev, va, docs
-
-
-def _ci_row(name: str, ci: Any) -> list[Any]:
-    return [name, ci.mean, ci.low, ci.high, ci.n]
 
 
 @dataclass(frozen=True)
@@ -138,33 +162,69 @@ def load_inputs(cfg: AuditConfig, rng: np.random.Generator) -> AuditInputs:
     return AuditInputs(pairs=pairs, encoder=encoder, eval_pairs=ev, valid_pairs=va, documents=docs, words=words)
 
 
-def embed(inputs: AuditInputs, cfg: AuditConfig) -> AuditEmbeddings:
-    """Store stage: encode (or look up) the audited queries and documents.
+def pairs_task(inputs: AuditInputs) -> TaskInputs:
+    """The pairs as a retrieval task: each audited pair a query with its document of grade 1.
+
+    Query ids are the pairs' indices, document ids the documents' indices, both zero-padded so that their
+    string order (trec_eval's order of equal scores) is their numeric order; without texts (embeddings
+    given) the texts are empty. The valid pairs' queries only fit τ (``fit_doc``).
+    """
+    pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
+    doc_pos = np.full(int(docs.max()) + 1, -1, dtype=np.int64)
+    doc_pos[docs] = np.arange(docs.size)
+    width = len(str(max(int(docs.max()), int(pairs.doc_of.size))))
+    doc_ids = tuple(f"{j:0{width}d}" for j in docs)
+    query_ids = tuple(f"{i:0{width}d}" for i in ev)
+    kind = str(pairs.provenance.get("kind", "pairs"))
+    task = RetrievalTask(
+        name=Path(str(pairs.provenance.get("path", kind))).stem or kind,
+        split="test",
+        doc_ids=doc_ids,
+        doc_texts=tuple(pairs.documents[j] for j in docs) if pairs.documents is not None else ("",) * docs.size,
+        query_ids=query_ids,
+        query_texts=tuple(pairs.queries[i] for i in ev) if pairs.queries is not None else ("",) * ev.size,
+        qrels={q: {doc_ids[doc_pos[pairs.doc_of[i]]]: 1} for q, i in zip(query_ids, ev, strict=True)},
+        provenance=pairs.provenance,
+    )
+    return task_inputs(
+        task,
+        encoder=inputs.encoder,
+        documents=docs,
+        fold=None,
+        words=inputs.words,
+        subset=False,
+        pairs=inputs,
+        fit_doc=doc_pos[pairs.doc_of[va]],
+    )
+
+
+def embed(inputs: AuditInputs | TaskInputs, cfg: AuditConfig) -> AuditEmbeddings:
+    """Store stage: encode (or look up) the audited queries, then the ones fitting τ, and the documents.
 
     Raises:
         ValueError: the model embeds queries and documents to different dimensions, or (with ``compress``)
             a ``compress_widths`` entry exceeds the embedding width.
     """
-    pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
+    inputs = pairs_task(inputs) if isinstance(inputs, AuditInputs) else inputs
+    src, task = inputs.pairs, inputs.task
     t_enc = time.perf_counter()
     if inputs.encoder is not None:
-        assert pairs.queries is not None and pairs.documents is not None
-        queries, documents = pairs.queries, pairs.documents
+        fit_texts = [src.pairs.queries[i] for i in src.valid_pairs] if src is not None else []
         query_prompt, document_prompt = resolve_prompts(cfg.model, cfg.query_prompt, cfg.document_prompt)
         q_raw, d_raw = (
             encode_texts(
                 inputs.encoder, texts, batch_size=cfg.batch_size, progress=cfg.progress, label=label, prompt=prompt
             )
             for texts, label, prompt in (
-                ([queries[i] for i in np.concatenate([ev, va])], "queries", query_prompt),
-                ([documents[j] for j in docs], "documents", document_prompt),
+                ([*task.query_texts, *fit_texts], "queries", query_prompt),
+                (list(task.doc_texts), "documents", document_prompt),
             )
         )
         model_desc = inputs.encoder.description
     else:
-        assert pairs.query_emb is not None and pairs.doc_emb is not None
-        q_raw = pairs.query_emb[torch.as_tensor(np.concatenate([ev, va]))]
-        d_raw = pairs.doc_emb[torch.as_tensor(docs)]
+        assert src is not None and src.pairs.query_emb is not None and src.pairs.doc_emb is not None
+        q_raw = src.pairs.query_emb[torch.as_tensor(np.concatenate([src.eval_pairs, src.valid_pairs]))]
+        d_raw = src.pairs.doc_emb[torch.as_tensor(src.documents)]
         model_desc = cfg.model
     encode_s = time.perf_counter() - t_enc
     if q_raw.shape[1] != d_raw.shape[1]:
@@ -225,33 +285,49 @@ def audit(
     cfg = replace(cfg, query_prompt=query_prompt, document_prompt=document_prompt)  # results.json records them
     check_choice("engine", engine, ENGINES)
     out = Path(out_dir) if out_dir is not None else Path("runs") / f"audit-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    started = _dt.datetime.now(_dt.timezone.utc)
     t0 = time.perf_counter()
-    rng = np.random.default_rng(cfg.seed)
-    gen = torch.Generator().manual_seed(cfg.seed)
     if shards is not None:
         check_int("shards", shards, 1)
-    stages: dict[str, float] = {}
-
     with _engine_session(engine, address, out.parent) as ray:  # an unreachable address fails first
-        if cfg.task is not None:
-            from contrastlab.audit.task_audit import audit_task
+        return audit_source(cfg, out, ray=ray, shards=shards, engine=engine, address=address, t0=t0)
 
-            return audit_task(cfg, out, ray=ray, shards=shards, engine=engine, address=address, t0=t0)
-        stages["engine_s"] = time.perf_counter() - t0
+
+def audit_source(
+    cfg: AuditConfig,
+    out: Path,
+    *,
+    ray: ModuleType | None,
+    shards: int | None,
+    engine: str,
+    address: str | None,
+    t0: float,
+    encoder: Any = None,
+) -> dict[str, Any]:
+    """The five stages on ``cfg.task`` or on the pairs, in the caller's engine session ``ray`` (or ``None``).
+
+    ``encoder``: the text model already loaded for ``cfg`` (several tasks, one model); ``None`` loads it.
+    """
+    started = _dt.datetime.now(_dt.timezone.utc)
+    rng = np.random.default_rng(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    stages: dict[str, float] = {"engine_s": time.perf_counter() - t0}
+    t = time.perf_counter()
+    if cfg.task is not None:
+        inputs = load_task_inputs(cfg, rng)
+        inputs = replace(inputs, encoder=load_model(cfg) if encoder is None else encoder)
+    else:
+        inputs = pairs_task(load_inputs(cfg, rng))
+    stages["inputs_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    emb = embed(inputs, cfg)
+    stages["store_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    with open_corpus(emb.documents, shards=shards, ray=ray) as corpus:
+        stages["index_s"] = time.perf_counter() - t
+        num_shards = corpus.num_shards
         t = time.perf_counter()
-        inputs = load_inputs(cfg, rng)
-        stages["inputs_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        emb = embed(inputs, cfg)
-        stages["store_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        with open_corpus(emb.documents, shards=shards, ray=ray) as corpus:
-            stages["index_s"] = time.perf_counter() - t
-            num_shards = corpus.num_shards
-            t = time.perf_counter()
-            found = _diagnose(inputs, emb, corpus, cfg, rng, gen)
-            stages["diagnostics_s"] = time.perf_counter() - t
+        found = _diagnose(inputs, emb, corpus, cfg, rng, gen)
+        stages["diagnostics_s"] = time.perf_counter() - t
     timing = {
         "encode_s": emb.encode_s,
         "texts": emb.queries.shape[0] + emb.documents.shape[0],
@@ -264,27 +340,123 @@ def audit(
 
 @dataclass(frozen=True)
 class _Found:
-    """What the diagnostics stage measured (the report stage's input)."""
+    """What the diagnostics stage measured.
 
-    ret: diag.RetrievalResult
-    geo: dict[str, float]
-    tau: float
-    curve: list[tuple[float, float]]
-    ce_ci: Any
-    search: dict[str, float]
+    Attributes:
+        per_query: trec_eval key → ``(Q,)`` each query's score.
+        intervals: name → ``(mean, low, high)``: on a task each trec_eval key's 95% percentile bootstrap, on
+            pairs each of their names' 95% Student-t interval.
+        taus: ``(τ*_A, τ*_B)`` the folds' temperatures (equal when fitted once).
+        query_tau: ``(Q,)`` the τ each query is scored at.
+        curves: per fit, the ``(τ, mean cross-entropy)`` points it evaluated.
+        cross_entropy: ``(Q,)`` each query's cross-entropy at its τ; log_partition, entropy: ``(Q,)``.
+        fit_on: the queries τ was fitted on (``valid``, ``audited``, ``other fold``, ``all queries``).
+        correct_top1: ``(Q,)`` 1 where the first-ranked document has grade > 0.
+        softmax_top1: ``(Q,)`` the softmax search's probability of the first-ranked document at the query's τ.
+        risk, tails, n_tail_pairs, geo: the risk curve, the tail fit (``None`` when too few negatives), the
+            negatives it had, alignment and uniformity.
+        norms, texts, nd, claims: the queries' norms and texts, their diagnostics and the norm paper's claims.
+        compression: the compression audit on the (query, relevant document) pairs (``None`` without ``compress``).
+    """
+
+    per_query: dict[str, np.ndarray]
+    intervals: dict[str, tuple[float, float, float]]
+    taus: tuple[float, float]
+    query_tau: np.ndarray
+    curves: list[list[tuple[float, float]]]
+    cross_entropy: np.ndarray
+    log_partition: np.ndarray
+    entropy: np.ndarray
+    fit_on: str
+    correct_top1: np.ndarray
+    softmax_top1: np.ndarray
     risk: dict[str, Any]
     tails: Any
     n_tail_pairs: int
+    geo: dict[str, float]
     norms: np.ndarray
-    q_texts: list[str] | None
+    texts: list[str] | None
     nd: dict[str, Any]
-    fit_on: str
-    claims: NormClaims | None = None
-    compression: CompressionResult | None = None
+    claims: NormClaims | None
+    compression: CompressionResult | None
+
+
+def task_run(
+    queries: Tensor, corpus: ShardedSearch, inputs: TaskInputs, *, top_k: int, ignore_identical_ids: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's top ``top_k`` documents (positions, −1 for an empty slot) and scores, in trec_eval's order.
+
+    With ``ignore_identical_ids`` one more document is retrieved and a document whose id equals the
+    query's id is dropped, as MTEB does; queries keep at most ``top_k`` results.
+    """
+    task = inputs.task
+    depth = min(top_k + int(ignore_identical_ids), corpus.ntotal)
+    res = corpus.search(queries, depth)
+    ids = np.asarray(res.ids, dtype=np.int64)
+    scores = np.asarray(res.scores, dtype=np.float64)
+    if ignore_identical_ids:
+        same = np.array(
+            [
+                [task.doc_ids[j] == q if j >= 0 else False for j in row]
+                for q, row in zip(task.query_ids, ids, strict=True)
+            ]
+        )
+        ids = np.where(same, -1, ids)
+    ids, scores = rank_run(ids, scores, tie_keys(task.doc_ids))
+    return ids[:, :top_k], scores[:, :top_k]
+
+
+def _query_cross_entropy(
+    queries: Tensor, corpus: ShardedSearch, inputs: TaskInputs, tau: float, rows: np.ndarray
+) -> np.ndarray:
+    """``(len(rows),)`` each listed query's ``−(1/|R_q|) Σ_{d ∈ R_q} log P_τ(d | q)``."""
+    pick = np.isin(inputs.pair_query, rows)
+    ce = diag.held_out_cross_entropy(queries[inputs.pair_query[pick]], corpus, inputs.pair_doc[pick], tau).numpy()
+    where = np.searchsorted(rows, inputs.pair_query[pick])
+    sums = np.bincount(where, weights=ce, minlength=rows.size)
+    return sums / np.bincount(where, minlength=rows.size)
+
+
+def _fit_fold(
+    queries: Tensor, corpus: ShardedSearch, inputs: TaskInputs, rows: np.ndarray, cfg: AuditConfig
+) -> tuple[float, list[tuple[float, float]]]:
+    """τ* of the queries ``rows`` (each query weighing the same, its pairs sharing its weight)."""
+    pick = np.isin(inputs.pair_query, rows)
+    pq = inputs.pair_query[pick]
+    per_query = np.bincount(pq, minlength=inputs.judged.num_queries)[pq]
+    weights = 1.0 / (per_query * rows.size)
+    return diag.fit_temperature(
+        queries[pq], corpus, inputs.pair_doc[pick], tau_min=cfg.tau_min, tau_max=cfg.tau_max, weights=weights
+    )
+
+
+def _fit_taus(
+    q_u: Tensor, corpus: ShardedSearch, inputs: TaskInputs, cfg: AuditConfig
+) -> tuple[tuple[float, float], list[list[tuple[float, float]]], str, np.ndarray]:
+    """``(taus, curves, fit_on, query_tau)`` of the softmax search's τ.
+
+    On pairs one τ, fitted on the valid queries (with none, on the audited ones); on a task two-fold
+    cross-fitting, each query scored at the other fold's τ.
+    """
+    n_q = inputs.judged.num_queries
+    if inputs.fold is None:
+        fit, fit_on = (q_u[n_q:], inputs.fit_doc), "valid"
+        if inputs.fit_doc.size == 0:  # tiny inputs: fit τ on the audited queries themselves (said in the summary)
+            fit, fit_on = (q_u[torch.as_tensor(inputs.pair_query)], inputs.pair_doc), "audited"
+        tau, curve = diag.fit_temperature(fit[0], corpus, fit[1], tau_min=cfg.tau_min, tau_max=cfg.tau_max)
+        return (tau, tau), [curve], fit_on, np.full(n_q, tau)
+    judged = np.isin(np.arange(n_q), inputs.pair_query)
+    folds = [np.flatnonzero((inputs.fold == f) & judged) for f in (0, 1)]
+    if min(f.size for f in folds) == 0:  # too few queries for two folds: one τ, fitted on all (said)
+        tau, curve = _fit_fold(q_u, corpus, inputs, np.unique(inputs.pair_query), cfg)
+        return (tau, tau), [curve, curve], "all queries", np.full(n_q, tau)
+    fits = [_fit_fold(q_u, corpus, inputs, f, cfg) for f in folds]
+    taus = (fits[0][0], fits[1][0])
+    return taus, [fits[0][1], fits[1][1]], "other fold", np.where(inputs.fold == 0, taus[1], taus[0])
 
 
 def _diagnose(
-    inputs: AuditInputs,
+    inputs: TaskInputs,
     emb: AuditEmbeddings,
     corpus: ShardedSearch,
     cfg: AuditConfig,
@@ -292,90 +464,182 @@ def _diagnose(
     gen: torch.Generator,
 ) -> _Found:
     """Diagnostics stage: every measurement; the whole-corpus passes go through ``corpus``."""
-    pairs, ev, va, docs = inputs.pairs, inputs.eval_pairs, inputs.valid_pairs, inputs.documents
-    q_raw, d_raw = emb.queries, emb.documents
-    doc_pos = np.full(int(docs.max()) + 1, -1, dtype=np.int64)
-    doc_pos[docs] = np.arange(docs.size)
-    q_eval, q_valid = q_raw[: ev.size], q_raw[ev.size :]
-    rel_eval, rel_valid = doc_pos[pairs.doc_of[ev]], doc_pos[pairs.doc_of[va]]
-    fit_on = "valid"
-    if q_valid.shape[0] == 0:  # tiny inputs: fit τ on the audited queries themselves (said in the summary)
-        q_valid, rel_valid, fit_on = q_eval, rel_eval, "audited"
+    src = inputs.pairs
+    n_q = inputs.judged.num_queries
+    q_all, d_raw = emb.queries, emb.documents
+    q_raw = q_all[:n_q]
+    q_all_u = torch.nn.functional.normalize(q_all.double(), dim=1)
+    q_u = q_all_u[:n_q]
+    top_k = cfg.top_k if src is None else max(cfg.top_k, *cfg.ks)
+    ids, _ = task_run(q_u, corpus, inputs, top_k=top_k, ignore_identical_ids=cfg.ignore_identical_ids and src is None)
+    named = {} if src is None else diag.pair_measures(cfg.ks)
+    per_query = graded_metrics(ids, inputs.judged, [*MEASURES, *named])
+    if src is None:
+        intervals = {k: bootstrap_mean(per_query[k], cfg.n_boot, rng) for k in per_query}
+    else:
+        cis = {name: mean_ci(per_query[m.replace(".", "_")].tolist()) for m, name in named.items()}
+        intervals = {name: (ci.mean, ci.low, ci.high) for name, ci in cis.items()}
 
-    ret = diag.retrieval(q_eval, corpus, rel_eval, cfg.ks)
-    geo = diag.geometry(q_eval, d_raw, rel_eval, sample=cfg.uniformity_sample, generator=gen)
-    q_eval_u = torch.nn.functional.normalize(q_eval.double(), dim=1)
-    q_valid_u = torch.nn.functional.normalize(q_valid.double(), dim=1)
+    taus, curves, fit_on, query_tau = _fit_taus(q_all_u, corpus, inputs, cfg)
+    ce = np.full(n_q, np.nan)
+    log_z = np.empty(n_q)
+    ent = np.empty(n_q)
+    for t in sorted(set(query_tau.tolist())):
+        rows = np.flatnonzero(query_tau == t)
+        log_z[rows] = corpus.log_partition(q_u[rows], temperature=t).numpy()
+        ent[rows] = corpus.entropy(q_u[rows], temperature=t).numpy()
+        judged_rows = rows[np.isin(rows, inputs.pair_query)]
+        if judged_rows.size:
+            ce[judged_rows] = _query_cross_entropy(q_u, corpus, inputs, t, judged_rows)
+
+    top1 = ids[:, 0]
+    correct_top1 = (inputs.judged.lookup(top1[:, None])[:, 0] >= 1).astype(np.float64)
     d_u = torch.nn.functional.normalize(d_raw.double(), dim=1)
-    tau, curve = diag.fit_temperature(q_valid_u, corpus, rel_valid, tau_min=cfg.tau_min, tau_max=cfg.tau_max)
-    ce_eval = diag.held_out_cross_entropy(q_eval_u, corpus, rel_eval, tau)
-    ce_ci = mean_ci(ce_eval)
-    search = diag.softmax_search_summary(q_eval_u, corpus, tau)
-    risk = diag.risk_curve(q_eval_u, d_u, rel_eval, temperature=cfg.risk_temperature, k_max=cfg.k_max, generator=gen)
-    n_tail_pairs = min(ev.size, cfg.tail_anchors) * (min(docs.size, cfg.tail_documents) - 1)
+    top1_score = (q_u * d_u[torch.as_tensor(np.maximum(top1, 0))]).sum(1)
+    softmax_top1 = np.exp(top1_score.numpy() / query_tau - log_z)
+
+    pq = torch.as_tensor(inputs.pair_query)
+    geo = diag.geometry(q_raw[pq], d_raw, inputs.pair_doc, sample=cfg.uniformity_sample, generator=gen)
+    risk = diag.risk_curve(
+        q_u[pq],
+        d_u,
+        inputs.pair_doc,
+        temperature=cfg.risk_temperature,
+        k_max=cfg.k_max,
+        generator=gen,
+        exclude=inputs.exclude,
+        groups=inputs.pair_query,
+    )
+    anchors = np.unique(inputs.pair_query)  # the queries with a relevant document, each once
+    first = np.searchsorted(inputs.pair_query, anchors)  # pairs are grouped by query: its first pair's row
+    widest = int(inputs.exclude.shape[1])
+    n_tail_pairs = min(anchors.size, cfg.tail_anchors) * (min(d_raw.shape[0], cfg.tail_documents) - widest)
     tails = (  # a 0.99-quantile threshold needs ≥ 1,000 negative pairs for its 10 exceedances
         diag.hard_negative_tails(
-            q_eval, d_raw, rel_eval, max_anchors=cfg.tail_anchors, max_documents=cfg.tail_documents, generator=gen
+            q_raw[torch.as_tensor(anchors)],
+            d_raw,
+            inputs.pair_doc[first],
+            max_anchors=cfg.tail_anchors,
+            max_documents=cfg.tail_documents,
+            generator=gen,
+            exclude=inputs.exclude[first],
         )
         if n_tail_pairs >= _MIN_TAIL_PAIRS
         else None
     )
-    log_z = corpus.log_partition(q_eval_u, temperature=tau).numpy()
-    softmax_top1 = np.exp(ret.top1_score / tau - log_z)  # P_τ(first-ranked document | q)
-    norms = q_eval.double().norm(dim=1).numpy()
-    q_texts = [pairs.queries[i] for i in ev] if pairs.queries is not None else None
+    norms = q_raw.double().norm(dim=1).numpy()
+    has_text = src is None or src.pairs.queries is not None
+    texts = list(inputs.task.query_texts) if has_text else None
     nd = diag.norm_diagnostics(
         norms,
-        texts=q_texts,
-        reference_texts=pairs.queries,
-        correct_top1=ret.correct_top1,
+        texts=texts,
+        reference_texts=src.pairs.queries if src is not None else texts,
+        correct_top1=correct_top1,
         softmax_top1=softmax_top1,
         n_boot=cfg.n_boot,
         rng=rng,
     )
-    claims = _norm_claims(inputs, norms, q_texts, ret.correct_top1, softmax_top1, cfg, rng)
-    compression = None
-    if cfg.compress:  # the raw embeddings: each prefix is cut from them and renormalised
-        compression = compression_audit(
-            q_eval,
-            d_raw,
-            rel_eval,
-            widths=cfg.compress_widths or None,
-            temperature=tau,
-            pq_bits=cfg.compress_pq_bits or None,
-        )
-    return _Found(
-        ret, geo, tau, curve, ce_ci, search, risk, tails, n_tail_pairs, norms, q_texts, nd, fit_on, claims, compression
-    )
-
-
-def _norm_claims(
-    inputs: AuditInputs,
-    norms: np.ndarray,
-    q_texts: list[str] | None,
-    correct_top1: np.ndarray,
-    softmax_top1: np.ndarray,
-    cfg: AuditConfig,
-    rng: np.random.Generator,
-) -> NormClaims:
-    """The norm paper's three claims (:mod:`contrastlab.audit.norm_audit`): words and pairs embedded here."""
     from contrastlab.audit.norm_audit import measure
 
-    return measure(
+    claims = measure(
         inputs.encoder,
         inputs.words,
-        query_texts=q_texts,
+        query_texts=texts,
         query_norms=norms,
         correct_top1=correct_top1,
         softmax_top1=softmax_top1,
         cfg=cfg,
         rng=rng,
     )
+    compression = None
+    if cfg.compress:  # the raw embeddings: each prefix is cut from them and renormalised
+        compression = compression_audit(
+            q_raw[pq],
+            d_raw,
+            inputs.pair_doc,
+            widths=cfg.compress_widths or None,
+            temperature=_tau(taus),
+            pq_bits=cfg.compress_pq_bits or None,
+        )
+    return _Found(
+        per_query=per_query,
+        intervals=intervals,
+        taus=taus,
+        query_tau=query_tau,
+        curves=curves,
+        cross_entropy=ce,
+        log_partition=log_z,
+        entropy=ent,
+        fit_on=fit_on,
+        correct_top1=correct_top1,
+        softmax_top1=softmax_top1,
+        risk=risk,
+        tails=tails,
+        n_tail_pairs=n_tail_pairs,
+        geo=geo,
+        norms=norms,
+        texts=texts,
+        nd=nd,
+        claims=claims,
+        compression=compression,
+    )
+
+
+def _tau(taus: tuple[float, float]) -> float:
+    """One τ for what is not scored per query (compression, the figure): the folds' geometric mean."""
+    return taus[0] if taus[0] == taus[1] else float(np.exp(np.mean(np.log(taus))))
+
+
+def measure_label(measure: str) -> str:
+    """``ndcg_cut.10`` → ``nDCG@10`` for tables."""
+    kind, k = measure.split(".")
+    return {"ndcg_cut": "nDCG", "map_cut": "MAP", "recall": "Recall", "P": "P", "mrr_cut": "MRR"}[kind] + f"@{k}"
+
+
+def _retrieval(
+    inputs: TaskInputs, found: _Found, cfg: AuditConfig
+) -> tuple[str, dict[str, float], dict[str, Any], dict[str, Any]]:
+    """The retrieval scores' sentence, metrics, table and ``per_query``: on pairs their names, on a task MTEB's."""
+    iv, task, n_q = found.intervals, inputs.task, inputs.judged.num_queries
+    src = inputs.pairs
+    if src is not None:
+        k_first, mrr = f"recall@{min(cfg.ks)}", diag.mrr_key(cfg.ks)
+        head = ", ".join(
+            f"{n.replace('recall', 'R').replace('mrr', 'MRR')} = {interval_text(iv[n], 3)}" for n in (k_first, mrr)
+        )
+        table = {
+            "title": "Retrieval (mean and 95% t-interval over queries)",
+            "columns": ["metric", "mean", "low", "high", "queries"],
+            "rows": [[name, *v, n_q] for name, v in iv.items()],
+        }
+        per_query = {"pair_index": src.eval_pairs}
+        for m, n in diag.pair_measures(cfg.ks).items():  # for paired comparisons: R@1 and MRR
+            if n == "recall@1" or n.startswith("mrr@"):
+                per_query[n] = found.per_query[m.replace(".", "_")]
+        return head, {name: v[0] for name, v in iv.items()}, table, per_query
+    head = ", ".join(f"{measure_label(m)} = {interval_text(iv[m.replace('.', '_')])}" for m in HEADLINE[:3])
+    head += " (95% bootstrap intervals over queries)"
+    table = {
+        "title": f"{task.name} ({task.split}): retrieval, mean and 95% bootstrap interval over {n_q:,} queries",
+        "columns": ["metric", "MTEB name", "mean", "low", "high"],
+        "rows": [
+            [measure_label(m), mteb_name(m), *iv[m.replace(".", "_")]]
+            for m in sorted(MEASURES, key=lambda m: (m not in HEADLINE, MEASURES.index(m)))
+            if m in HEADLINE or m.split(".")[1] in ("1", "10", "100")
+        ],
+    }
+    per_query = {"query_ids": list(task.query_ids), **found.per_query}
+    return head, {mteb_name(m): iv[m.replace(".", "_")][0] for m in MEASURES}, table, per_query
+
+
+def interval_text(v: Sequence[float], digits: int = 4) -> str:
+    """``(mean, low, high)`` as ``"mean [low, high]"`` with ``digits`` decimals."""
+    return f"{v[0]:.{digits}f} [{v[1]:.{digits}f}, {v[2]:.{digits}f}]"
 
 
 def _report(
     cfg: AuditConfig,
-    inputs: AuditInputs,
+    inputs: TaskInputs,
     emb: AuditEmbeddings,
     found: _Found,
     timing: dict[str, Any],
@@ -383,95 +647,105 @@ def _report(
     started: _dt.datetime,
     t0: float,
 ) -> dict[str, Any]:
-    """Report stage: summary, tables, figures and the run folder, written atomically."""
+    """Report stage: summary, tables, figures, ``results.json`` and ``mteb_results.json``, written atomically."""
     import contrastlab
     from contrastlab.host import host_info
 
     t_report = time.perf_counter()
-    pairs, ev, docs = inputs.pairs, inputs.eval_pairs, inputs.documents
-    ret, geo, tau, curve, ce_ci, search = found.ret, found.geo, found.tau, found.curve, found.ce_ci, found.search
-    risk, tails, n_tail_pairs, nd = found.risk, found.tails, found.n_tail_pairs, found.nd
-    norms, q_texts, fit_on = found.norms, found.q_texts, found.fit_on
-    model_desc, encode_s = emb.model, emb.encode_s
-    n_texts = timing["texts"]
-
-    m = ret.metrics
-    k_first = min(cfg.ks)
-    mrr_key = diag.mrr_key(cfg.ks)
+    task, src, model = inputs.task, inputs.pairs, emb.model
+    n_q, n_d, n_pairs = inputs.judged.num_queries, len(task.doc_ids), int(inputs.pair_query.size)
+    risk, tails, nd, taus = found.risk, found.tails, found.nd, found.taus
     slope = risk["slope"]
-    metrics: dict[str, Any] = {name: ci.mean for name, ci in m.items()}
-    metrics.update(
-        {
-            **geo,
-            "tau_star": tau,
-            "cross_entropy_at_tau_star": ce_ci.mean,
-            "log_partition": search["log_partition"],
-            "entropy": search["entropy"],
-            "risk_limit": risk["limit"]["mean"],
-            "risk_gap_slope": slope["slope"],
-            "gpd_xi": tails.pot.xi if tails else None,
-            "gpd_endpoint": tails.pot.endpoint if tails else None,
-            "frac_anchors_weibull": tails.frac_weibull if tails else None,
-            "norm_cv": nd["norm_cv"],
-            "auroc_norm": nd["auroc_norm"],
-            "auroc_softmax": nd["auroc_softmax"],
-            **{f"rho_norm_{k}": v[0] for k, v in nd["correlations"].items()},
-            "num_queries": float(ev.size),
-            "num_documents": float(docs.size),
-            "encode_s": encode_s,
-            "texts_per_s": n_texts / encode_s if encode_s > 0 else float("nan"),
-        }
-    )
+    head, scores, retrieval_table, per_query = _retrieval(inputs, found, cfg)
+    ce_ok = found.cross_entropy[np.isfinite(found.cross_entropy)]
+    if src is None:
+        ce_iv = bootstrap_mean(ce_ok, cfg.n_boot, np.random.default_rng(cfg.seed))
+        what = (
+            f"{task.name} ({task.split}: {n_q:,} judged queries, {n_pairs:,} relevant (query, document) pairs, "
+            f"{n_d:,} documents, top {cfg.top_k:,} by cosine)"
+        )
+        tau_metrics = {"tau_star_fold_a": taus[0], "tau_star_fold_b": taus[1]}
+    else:
+        ci = mean_ci(ce_ok.tolist())
+        ce_iv = (ci.mean, ci.low, ci.high)
+        what = f"{n_q:,} held-out queries against {n_d:,} documents ({src.pairs.provenance.get('kind', 'pairs')})"
+        tau_metrics = {"tau_star": taus[0]}
+    tau_text = {
+        "other fold": f"τ* = {taus[0]:.4f} / {taus[1]:.4f} (two folds of the queries by a hash of their ids, each "
+        "query scored at the other fold's τ)",
+        "all queries": f"τ* = {taus[0]:.4f} (fitted on all queries: too few for two folds)",
+    }.get(found.fit_on, f"τ* = {taus[0]:.4f} (fitted on the {found.fit_on} queries)")
     fmt_slope = "n/a" if slope["slope"] is None else f"{slope['slope']:.2f} ± {slope['slope_se']:.2f}"
-    rk = m[f"recall@{k_first}"]
+    tail_text = (
+        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
+        "queries favour reverse-Weibull over Gumbel"
+        if tails
+        else f"not fitted ({found.n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
+    )
     norm_text = (
         "its embeddings arrive normalised, so the norm carries nothing"
         if math.isnan(nd["auroc_norm"]) and nd["norm_cv"] < 1e-6
         else f"the query norm as a top-1 confidence has AUROC {nd['auroc_norm']:.3f} "
         f"(the softmax search's own top-1 probability: {nd['auroc_softmax']:.3f})"
     )
-    tail_text = (
-        f"GPD ξ̂ = {tails.pot.xi:.3f} (endpoint {tails.pot.endpoint_text()}), {100 * tails.frac_weibull:.0f}% of "
-        "queries favour reverse-Weibull over Gumbel"
-        if tails
-        else f"not fitted ({n_tail_pairs} query → document negatives; the fit needs {_MIN_TAIL_PAIRS})"
+    subset_text = (
+        " A seeded subset of the queries or documents was audited: these scores are not comparable with published ones."
+        if inputs.subset
+        else ""
     )
+    log_m = math.log(n_d)
     summary = (
-        f"{model_desc} audited on {ev.size:,} held-out queries against {docs.size:,} documents "
-        f"({pairs.provenance.get('kind', 'pairs')}): R@{k_first} = {rk.mean:.3f} [{rk.low:.3f}, {rk.high:.3f}], "
-        f"{mrr_key.upper()} = {m[mrr_key].mean:.3f} [{m[mrr_key].low:.3f}, {m[mrr_key].high:.3f}]. "
-        f"The softmax search is sharpest at τ* = {tau:.4f} (fitted on the {fit_on} queries; held-out pair "
-        f"cross-entropy {ce_ci.mean:.3f} nats, entropy {search['entropy']:.2f} of log M = "
-        f"{search['log_num_documents']:.2f}); at τ = {cfg.risk_temperature:g} the InfoNCE risk approaches its k → ∞ "
-        f"limit with log-log slope "
-        f"{fmt_slope} (Whiteley: −1). Hard negatives: {tail_text}. Norms: {norm_text}."
+        f"{model} audited on {what}: {head}.{subset_text} The softmax search: {tau_text}; held-out cross-entropy "
+        f"{ce_iv[0]:.3f} nats per query [{ce_iv[1]:.3f}, {ce_iv[2]:.3f}], entropy {float(found.entropy.mean()):.2f} "
+        f"of log M = {log_m:.2f}. At τ = {cfg.risk_temperature:g} the InfoNCE risk approaches its k → ∞ limit "
+        f"with log-log slope {fmt_slope} (Whiteley: −1). Hard negatives: {tail_text}. Norms: {norm_text}."
     )
+    encode_s = timing["encode_s"]
+    metrics: dict[str, Any] = {
+        **scores,
+        **tau_metrics,
+        "cross_entropy_at_tau_star": ce_iv[0],
+        "log_partition": float(found.log_partition.mean()),
+        "entropy": float(found.entropy.mean()),
+        "risk_limit": risk["limit"]["mean"],
+        "risk_gap_slope": slope["slope"],
+        "gpd_xi": tails.pot.xi if tails else None,
+        "gpd_endpoint": tails.pot.endpoint if tails else None,
+        "frac_anchors_weibull": tails.frac_weibull if tails else None,
+        "norm_cv": nd["norm_cv"],
+        "auroc_norm": nd["auroc_norm"],
+        "auroc_softmax": nd["auroc_softmax"],
+        **{f"rho_norm_{k}": v[0] for k, v in nd["correlations"].items()},
+        **found.geo,
+        "num_queries": float(n_q),
+        "num_documents": float(n_d),
+        "num_relevant_pairs": float(n_pairs),
+        "encode_s": encode_s,
+        "texts_per_s": timing["texts"] / encode_s if encode_s > 0 else float("nan"),
+    }
     tables = [
+        retrieval_table,
         {
-            "title": "Retrieval (mean and 95% t-interval over queries)",
-            "columns": ["metric", "mean", "low", "high", "queries"],
-            "rows": [_ci_row(name, ci) for name, ci in m.items()],
-        },
-        {
-            "title": f"Softmax search at τ* = {tau:.4f}",
+            "title": f"Softmax search: {tau_text}",
             "columns": ["quantity", "value"],
             "rows": [
-                ["held-out pair cross-entropy (nats)", ce_ci.mean],
-                ["its 95% interval", f"[{ce_ci.low:.4f}, {ce_ci.high:.4f}]"],
-                ["mean log-partition log Z", search["log_partition"]],
-                ["mean entropy (nats)", search["entropy"]],
-                ["log M (uniform search)", search["log_num_documents"]],
-                ["alignment (pairs)", geo["alignment"]],
-                ["uniformity (documents)", geo["uniformity_documents"]],
-                ["uniformity (queries)", geo["uniformity_queries"]],
+                ["held-out cross-entropy per query (nats)", ce_iv[0]],
+                ["its 95% interval", f"[{ce_iv[1]:.4f}, {ce_iv[2]:.4f}]"],
+                ["mean log-partition log Z", float(found.log_partition.mean())],
+                ["mean entropy (nats)", float(found.entropy.mean())],
+                ["log M (uniform search)", log_m],
+                ["alignment (pairs)", found.geo["alignment"]],
+                ["uniformity (documents)", found.geo["uniformity_documents"]],
+                ["uniformity (queries)", found.geo["uniformity_queries"]],
             ],
         },
         risk_table(
             risk,
-            f"InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ (mean ± s.e. over queries)",
+            f"InfoNCE risk R(φ; k, τ = {cfg.risk_temperature:g}) and its gap to k → ∞ (mean ± s.e. over queries; "
+            "a query's other relevant documents never its negatives)",
         ),
         {
-            "title": "Hard-negative tails (query → document cosines)",
+            "title": "Hard-negative tails (query → document cosines, relevant documents left out)",
             "columns": ["quantity", "value"],
             "rows": [
                 ["GPD shape ξ̂ (< 0: reverse Weibull)", tails.pot.xi],
@@ -489,9 +763,9 @@ def _report(
             "title": "Pre-normalisation norm of the queries",
             "columns": ["quantity", "value", "low", "high", "n"],
             "rows": [
-                ["AUROC of the norm for a right top-1", nd["auroc_norm"], None, None, ev.size],
-                ["AUROC of the softmax top-1 probability", nd["auroc_softmax"], None, None, ev.size],
-                ["coefficient of variation of the norm", nd["norm_cv"], None, None, ev.size],
+                ["AUROC of the norm for a relevant top-1", nd["auroc_norm"], None, None, n_q],
+                ["AUROC of the softmax top-1 probability", nd["auroc_softmax"], None, None, n_q],
+                ["coefficient of variation of the norm", nd["norm_cv"], None, None, n_q],
                 *[[f"Spearman ρ(norm, {k})", *v] for k, v in nd["correlations"].items()],
             ],
         },
@@ -506,20 +780,31 @@ def _report(
     if found.compression is not None:
         summary = f"{summary} {compression_sentence(found.compression)}"
         tables.append(found.compression.table())
+    source: dict[str, Any] = (
+        {"pairs": src.pairs.provenance, "temperature_curve": found.curves[0]}
+        if src is not None
+        else {
+            "task": {**task_identity(task), "provenance": task.provenance, "subset": inputs.subset},
+            "intervals": {mteb_name(m): list(found.intervals[m.replace(".", "_")]) for m in MEASURES},
+            "softmax_search": {
+                "taus": list(taus),
+                "fit_on": found.fit_on,
+                "query_fold": inputs.fold,
+                "cross_entropy": found.cross_entropy,
+                "curves": found.curves,
+            },
+        }
+    )
     results: dict[str, Any] = {
         "name": "audit",
         "summary": summary,
         "metrics": metrics,
         "tables": tables,
         "figures": [],
-        "model": model_desc,
-        "pairs": pairs.provenance,
-        "per_query": {  # for paired comparisons of models on the same queries
-            "pair_index": ev,
-            **{k: v for k, v in ret.per_query.items() if k == "recall@1" or k.startswith("mrr@")},
-        },
+        "model": model,
+        **source,
+        "per_query": per_query,  # for paired comparisons of models on the same queries
         "risk_curve": risk,
-        "temperature_curve": curve,
         "norm_claims": claims["results"] if found.claims is not None else None,
         "timing": timing,
         "config": asdict(cfg),
@@ -532,27 +817,26 @@ def _report(
         results["compression"] = found.compression
 
     def draw(stage: Path) -> list[dict[str, str]]:
-        title = model_title(model_desc, cfg.model)  # the model or run, not its path on disk
-        plot_search(curve, tau, risk, stage / "search.png", title=title)
+        title = model_title(model, cfg.model)  # the model or run, not its path on disk
+        title = title if src is not None else f"{title} on {task.name}"
+        plot_search(sorted(p for c in found.curves[:2] for p in c), _tau(taus), risk, stage / "search.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 
         if tails:
             plot_tail_diagnostics(tails, stage / "tails.png", title=f"{title}: query → document negatives")
         freq = None
-        if q_texts is not None and nd["correlations"]:
-            freq = diag.word_statistics(q_texts, pairs.queries or q_texts)["log_frequency"]
-        plot_norms(norms, freq, ret.correct_top1, stage / "norms.png", title=title)
+        if found.texts is not None and nd["correlations"]:
+            reference = src.pairs.queries if src is not None else None
+            freq = diag.word_statistics(found.texts, reference or found.texts)["log_frequency"]
+        plot_norms(found.norms, freq, found.correct_top1, stage / "norms.png", title=title)
         if found.claims is not None and (found.claims.word_data is not None or found.claims.pair_data is not None):
             plot_claims(found.claims, stage / "norm_claims.png", title)
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [
-            {
-                "file": "search.png",
-                "caption": "Held-out pair cross-entropy against τ, and the InfoNCE risk gap against k.",
-            },
-            {"file": "tails.png", "caption": "Extreme-value view of the hardest query → document negatives."},
-            {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and top-1 correctness."},
+            {"file": "search.png", "caption": "Held-out cross-entropy against τ, and the InfoNCE risk gap against k."},
+            {"file": "tails.png", "caption": "Extreme-value view of the hardest non-relevant documents."},
+            {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and a relevant top-1."},
             {
                 "file": "norm_claims.png",
                 "caption": "The norm paper's claims: word norms against frequency by token count, and the "
@@ -560,10 +844,12 @@ def _report(
             },
             {
                 "file": "compression.png",
-                "caption": "Compression: R@1 against bytes per vector, one curve per storage (numbers are prefix "
-                "widths), the full model circled.",
+                "caption": "Compression on the (query, relevant document) pairs: R@1 against bytes per vector, one "
+                "curve per storage (numbers are prefix widths), the full model circled.",
             },
         ]
         return [f for f in figures if (stage / f["file"]).is_file()]
 
-    return write_run_folder(results, out, draw, t0=t0, t_report=t_report)
+    means = {k: float(v.mean()) for k, v in found.per_query.items()}
+    mteb = mteb_results(task, means, evaluation_time=time.perf_counter() - t0, model=model, subset=inputs.subset)
+    return write_run_folder(results, out, draw, t0=t0, t_report=t_report, extra={"mteb_results.json": mteb})

@@ -1,7 +1,7 @@
 """``audit_tasks(config, tasks)``: one model audited on several retrieval tasks, and its scores across them.
 
 The model is loaded once; each task is then audited exactly as ``audit(config)`` with ``config.task`` audits
-it alone (:func:`contrastlab.audit.task_audit.audit_task`: the same seed, draws, intervals and files), into a
+it alone (:func:`contrastlab.audit.run.audit_source`: the same seed, draws, intervals and files), into a
 sub-folder of the output folder named for the task's folder (``OUT/scifact``, ``OUT/nfcorpus``; two tasks
 whose folders share a name take their parent's name too, ``OUT/cqadupstack-android``). ``OUT`` itself gets
 a ``results.json`` (``name`` ``audit_tasks``) and a report with one table across the tasks: nDCG@10, MAP@100,
@@ -33,8 +33,7 @@ from contrastlab.audit.config import AuditConfig
 from contrastlab.audit.inputs import load_model
 from contrastlab.audit.output import write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
-from contrastlab.audit.run import ENGINES, _engine_session
-from contrastlab.audit.task_audit import audit_task
+from contrastlab.audit.run import ENGINES, _engine_session, audit_source, interval_text, measure_label
 from contrastlab.eval.bootstrap import stratified_bootstrap_mean
 from contrastlab.search.graded import mteb_name
 from contrastlab.tasks import task_folder
@@ -46,14 +45,6 @@ ACROSS = ("ndcg_cut.10", "map_cut.100", "recall.100", "mrr_cut.10")
 
 SUITE_NAME = "audit_tasks"
 """The ``name`` of the output folder's ``results.json`` (a per-task audit's is ``audit``)."""
-
-_LABEL = {"ndcg_cut": "nDCG", "map_cut": "MAP", "recall": "Recall", "mrr_cut": "MRR"}
-
-
-def _label(measure: str) -> str:
-    """``ndcg_cut.10`` → ``nDCG@10``."""
-    kind, k = measure.split(".")
-    return f"{_LABEL[kind]}@{k}"
 
 
 def task_folder_names(folders: Sequence[Path]) -> list[str]:
@@ -68,10 +59,6 @@ def task_folder_names(folders: Sequence[Path]) -> list[str]:
     if dup is not None:
         raise ValueError(f"tasks: two different task folders would both be written to the sub-folder {dup!r}")
     return names
-
-
-def _interval_text(v: Sequence[float]) -> str:
-    return f"{v[0]:.4f} [{v[1]:.4f}, {v[2]:.4f}]"
 
 
 def audit_tasks(
@@ -139,7 +126,7 @@ def audit_tasks(
         model_s = time.perf_counter() - t
         for given, name in zip(tasks, names, strict=True):
             t = time.perf_counter()
-            res = audit_task(
+            res = audit_source(
                 replace(cfg, task=str(given)),
                 out / name,
                 ray=ray,
@@ -182,12 +169,10 @@ def _suite_report(
     n_queries = [len(res["per_query"]["query_ids"]) for res in per_task]
     model = str(per_task[0]["model"])
     rows: list[list[Any]] = [
-        [name, res["task"]["split"], n, *(_interval_text(across[mteb_name(m)]["per_task"][name]) for m in ACROSS)]
+        [name, res["task"]["split"], n, *(interval_text(across[mteb_name(m)]["per_task"][name]) for m in ACROSS)]
         for name, res, n in zip(names, per_task, n_queries, strict=True)
     ]
-    rows.append(
-        ["mean over tasks", "", sum(n_queries), *(_interval_text(across[mteb_name(m)]["mean"]) for m in ACROSS)]
-    )
+    rows.append(["mean over tasks", "", sum(n_queries), *(interval_text(across[mteb_name(m)]["mean"]) for m in ACROSS)])
     subset = [name for name, res in zip(names, per_task, strict=True) if res["task"]["subset"]]
     subset_text = (
         f" A seeded subset of the queries or documents of {', '.join(subset)} was audited: those scores are not "
@@ -195,13 +180,13 @@ def _suite_report(
         if subset
         else ""
     )
-    head = ", ".join(f"{_label(m)} = {_interval_text(across[mteb_name(m)]['mean'])}" for m in ACROSS[:3])
+    head = ", ".join(f"{measure_label(m)} = {interval_text(across[mteb_name(m)]['mean'])}" for m in ACROSS[:3])
     main = mteb_name(ACROSS[0])
     each = "; ".join(f"{name} {across[main]['per_task'][name][0]:.4f}" for name in names)
     summary = (
         f"{model} audited on {len(names)} tasks ({sum(n_queries):,} judged queries): mean over tasks {head} "
         f"(each task weighing the same; 95% intervals from resampling the queries within each task). "
-        f"{_label(ACROSS[0])} per task: {each}.{subset_text} Each task's full audit is in its sub-folder."
+        f"{measure_label(ACROSS[0])} per task: {each}.{subset_text} Each task's full audit is in its sub-folder."
     )
     results: dict[str, Any] = {
         "name": SUITE_NAME,
@@ -215,7 +200,7 @@ def _suite_report(
             {
                 "title": "Across tasks: mean and 95% bootstrap interval over each task's queries; their mean over "
                 "tasks, queries resampled within each task",
-                "columns": ["task", "split", "queries", *(_label(m) for m in ACROSS)],
+                "columns": ["task", "split", "queries", *(measure_label(m) for m in ACROSS)],
                 "rows": rows,
             }
         ],

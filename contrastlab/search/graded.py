@@ -9,8 +9,12 @@ documents with grade ≥ 1, and the run's documents at ranks ``i = 1 … n``:
 - ``map_cut.k``: ``(1/R) Σ_{i ≤ k, grade_i ≥ 1} P@i``; 0 when ``R = 0``.
 - ``recall.k``: relevant documents in the top ``k`` over ``R``; 0 when ``R = 0``.
 - ``P.k``: relevant documents in the top ``k`` over ``k`` (also when fewer than ``k`` were retrieved).
+- ``success.k``: 1 if a relevant document is in the top ``k``, else 0 (the "R@k" of one-positive retrieval).
+- ``Rprec``: relevant documents in the top ``R`` over ``R``; 0 when ``R = 0``.
 - ``recip_rank``: ``1 / rank`` of the first relevant document, 0 if none is retrieved.
 - ``mrr_cut.k`` (not a trec_eval name; MTEB's ``mrr_at_k``): ``recip_rank`` of the top ``k`` alone.
+- ``map_at_r`` (not a trec_eval name; MAP@R of Musgrave et al. 2020, arXiv:2003.08505):
+  ``(1/R) Σ_{i ≤ R, grade_i ≥ 1} P@i``; 0 when ``R = 0``.
 
 **Order of equal scores.** trec_eval does not trust the run's order: it sorts each query's documents by
 score, decreasing, and equal scores by document id in *decreasing* ``strcmp`` order (its
@@ -43,7 +47,7 @@ __all__ = [
     "mteb_name",
 ]
 
-_MEASURE = re.compile(r"^(ndcg_cut|map_cut|recall|P|mrr_cut)\.([1-9][0-9]*)$|^(recip_rank)$")
+_MEASURE = re.compile(r"^(ndcg_cut|map_cut|recall|P|mrr_cut|success)\.([1-9][0-9]*)$|^(recip_rank|Rprec|map_at_r)$")
 
 MTEB_NAMES = {
     "ndcg_cut": "ndcg_at",
@@ -59,23 +63,32 @@ def parse_measure(measure: str) -> tuple[str, int | None]:
     """``"ndcg_cut.10"`` → ``("ndcg_cut", 10)``; ``"recip_rank"`` → ``("recip_rank", None)``.
 
     Raises:
-        ValueError: not one of ``ndcg_cut.k``, ``map_cut.k``, ``recall.k``, ``P.k``, ``mrr_cut.k``, ``recip_rank``.
+        ValueError: not one of ``ndcg_cut.k``, ``map_cut.k``, ``recall.k``, ``P.k``, ``mrr_cut.k``, ``success.k``,
+            ``recip_rank``, ``Rprec``, ``map_at_r``.
     """
     m = _MEASURE.match(measure) if isinstance(measure, str) else None
     if m is None:
         raise ValueError(
-            f"measures: unknown measure {measure!r}; known: ndcg_cut.k, map_cut.k, recall.k, P.k, mrr_cut.k "
-            "(k a positive integer) and recip_rank"
+            f"measures: unknown measure {measure!r}; known: ndcg_cut.k, map_cut.k, recall.k, P.k, mrr_cut.k, "
+            "success.k (k a positive integer), recip_rank, Rprec and map_at_r"
         )
     if m.group(3):
-        return "recip_rank", None
+        return m.group(3), None
     return m.group(1), int(m.group(2))
 
 
 def mteb_name(measure: str) -> str:
-    """MTEB's results-JSON key of a measure: ``ndcg_cut.10`` → ``ndcg_at_10``, ``recip_rank`` → ``mrr``."""
+    """MTEB's results-JSON key of a measure: ``ndcg_cut.10`` → ``ndcg_at_10``, ``recip_rank`` → ``mrr``.
+
+    Raises:
+        ValueError: a measure MTEB does not report (``success.k``, ``Rprec``, ``map_at_r``).
+    """
     kind, k = parse_measure(measure)
-    return "mrr" if k is None else f"{MTEB_NAMES[kind]}_{k}"
+    if kind == "recip_rank":
+        return "mrr"
+    if kind not in MTEB_NAMES:
+        raise ValueError(f"measures: MTEB reports no {measure!r}")
+    return f"{MTEB_NAMES[kind]}_{k}"
 
 
 @dataclass(frozen=True)
@@ -275,7 +288,9 @@ def graded_metrics(
     n_rel = judged.num_relevant().astype(np.float64)
     has_rel = n_rel > 0
     safe_rel = np.where(has_rel, n_rel, 1.0)
-    depth = max([k for _, k in parsed if k is not None] + [1])
+    n_rel_int = judged.num_relevant()
+    by_r = any(kind in ("Rprec", "map_at_r") for kind, _ in parsed)
+    depth = max([k for _, k in parsed if k is not None] + [1, int(n_rel_int.max(initial=0)) if by_r else 1])
     cols = min(depth, n)
     hits = np.cumsum(rel[:, :cols], axis=1)  # (Q, cols) relevant within the top i
     rank = np.arange(1, cols + 1, dtype=np.float64)
@@ -305,6 +320,16 @@ def graded_metrics(
         elif kind == "P":
             assert k is not None and c is not None
             out[name] = (hits[:, c - 1] if c > 0 else np.zeros(q)) / k
+        elif kind == "success":
+            assert c is not None
+            out[name] = (hits[:, c - 1] > 0).astype(np.float64) if c > 0 else np.zeros(q)
+        elif kind in ("Rprec", "map_at_r"):
+            within = rel[:, :cols] & (rank[None, :] <= n_rel[:, None])  # relevant and ranked within the top R
+            if kind == "Rprec":
+                found = within.sum(axis=1).astype(np.float64)
+            else:
+                found = np.where(within, hits / rank, 0.0).sum(axis=1)
+            out[name] = np.where(has_rel, found / safe_rel, 0.0)
         else:  # recip_rank over the whole run, or mrr_cut over its top k
             limit = n if k is None else min(k, n)
             first = np.argmax(rel[:, :limit], axis=1) if limit > 0 else np.zeros(q, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""Retrieval metrics on ranked results, and a one-call evaluation of an :class:`EmbeddingIndex`.
+"""Binary retrieval metrics on hit matrices, each computed by :func:`contrastlab.search.graded.graded_metrics`.
 
 Every metric takes a boolean *hit matrix* ``hits[q, j]`` (is the ``j``-th retrieved item relevant to
 query ``q``; rank order, the query itself already excluded) and ``n_relevant[q]``, the number of relevant
@@ -19,6 +19,10 @@ Definitions (``R = n_relevant``, ranks ``j = 1 … K``):
 - ``mrr``: ``1 / (rank of the first relevant item)``, 0 if none is retrieved within ``K``.
 - ``ndcg@k``: binary-relevance ``DCG@k / IDCG@k`` with gains ``1 / log2(j + 1)``
   (scikit-learn ``ndcg_score`` with ``k``).
+
+A hit matrix is a run of ``K`` documents per query, the hits judged grade 1 and ``R`` minus the hits
+unretrieved relevant documents besides: each function is trec_eval's measure on that run (``success.k``,
+``recall.k``, ``P.1``, ``Rprec``, ``map_at_r``, ``map_cut.K``, ``recip_rank``, ``ndcg_cut.k``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import numpy as np
 from torch import Tensor
 
 from contrastlab._checks import check_choice
+from contrastlab.search.graded import Judgements, graded_metrics
 from contrastlab.search.index import EmbeddingIndex, _int_vector, _positive_int, _progress
 
 __all__ = [
@@ -67,6 +72,25 @@ def _reduce(per_query: np.ndarray, n_relevant: np.ndarray, reduction: str) -> fl
     if reduction == "none":
         return np.where(valid, per_query, np.nan)
     return float(per_query[valid].mean()) if valid.any() else float("nan")
+
+
+def _graded(h: np.ndarray, r: np.ndarray, measures: list[str]) -> dict[str, np.ndarray]:
+    """trec_eval's ``measures`` of the run whose column ``j`` is document ``j``: hits grade 1, ``R − hits`` unretrieved."""
+    q, k = h.shape
+    missing = np.maximum(r - h.sum(axis=1), 0)
+    rows, cols = np.nonzero(h)
+    extra_rows = np.repeat(np.arange(q), missing)
+    extra_cols = k + np.arange(extra_rows.size) - np.repeat(np.cumsum(missing) - missing, missing)
+    order = np.lexsort((np.concatenate([cols, extra_cols]), np.concatenate([rows, extra_rows])))
+    docs = np.concatenate([cols, extra_cols])[order]
+    indptr = np.concatenate([[0], np.cumsum(h.sum(axis=1) + missing)])
+    judged = Judgements(indptr, docs, np.ones(docs.size, dtype=np.int64), k + int(missing.max(initial=0)))
+    return graded_metrics(np.broadcast_to(np.arange(k), (q, k)), judged, measures)
+
+
+def _measure(h: np.ndarray, r: np.ndarray, measure: str, reduction: str) -> float | np.ndarray:
+    """One measure of :func:`_graded`, lone queries left out (``reduction``)."""
+    return _reduce(next(iter(_graded(h, r, [measure]).values())), r, reduction)
 
 
 def hits_from_labels(retrieved_labels: object, query_labels: object) -> np.ndarray:
@@ -113,15 +137,13 @@ def recall_at_k(
     r = _nrel(n_relevant, h.shape[0])
     k = _check_k(k, h)
     check_choice("mode", mode, ("any", "fraction"))
-    found = h[:, :k].sum(axis=1)
-    per = (found > 0).astype(np.float64) if mode == "any" else found / np.maximum(r, 1)
-    return _reduce(per, r, reduction)
+    return _measure(h, r, f"{'success' if mode == 'any' else 'recall'}.{k}", reduction)
 
 
 def precision_at_1(hits: object, n_relevant: object, *, reduction: str = "mean") -> float | np.ndarray:
     """Precision@1 (PML ``precision_at_1``): is the top retrieved item relevant."""
     h = _hits(hits)
-    return _reduce(h[:, 0].astype(np.float64), _nrel(n_relevant, h.shape[0]), reduction)
+    return _measure(h, _nrel(n_relevant, h.shape[0]), "P.1", reduction)
 
 
 def r_precision(hits: object, n_relevant: object, *, reduction: str = "mean") -> float | np.ndarray:
@@ -133,15 +155,7 @@ def r_precision(hits: object, n_relevant: object, *, reduction: str = "mean") ->
     h = _hits(hits)
     r = _nrel(n_relevant, h.shape[0])
     _check_depth_r(h, r, "r_precision")
-    within = np.arange(h.shape[1])[None, :] < r[:, None]  # (Q, K): rank j <= R
-    per = (h & within).sum(axis=1) / np.maximum(r, 1)
-    return _reduce(per, r, reduction)
-
-
-def _ap(h: np.ndarray, r: np.ndarray, within: np.ndarray | None) -> np.ndarray:
-    mask = h if within is None else h & within
-    prec = np.cumsum(mask, axis=1) / np.arange(1, h.shape[1] + 1)[None, :]  # precision@j counting masked hits
-    return (prec * mask).sum(axis=1) / np.maximum(r, 1)
+    return _measure(h, r, "Rprec", reduction)
 
 
 def map_at_r(hits: object, n_relevant: object, *, reduction: str = "mean") -> float | np.ndarray:
@@ -153,8 +167,7 @@ def map_at_r(hits: object, n_relevant: object, *, reduction: str = "mean") -> fl
     h = _hits(hits)
     r = _nrel(n_relevant, h.shape[0])
     _check_depth_r(h, r, "map@r")
-    within = np.arange(h.shape[1])[None, :] < r[:, None]
-    return _reduce(_ap(h, r, within), r, reduction)
+    return _measure(h, r, "map_at_r", reduction)
 
 
 def average_precision(hits: object, n_relevant: object, *, reduction: str = "mean") -> float | np.ndarray:
@@ -163,29 +176,20 @@ def average_precision(hits: object, n_relevant: object, *, reduction: str = "mea
     Equals scikit-learn's ``average_precision_score`` when ``K = N`` (the full ranking).
     """
     h = _hits(hits)
-    r = _nrel(n_relevant, h.shape[0])
-    return _reduce(_ap(h, r, None), r, reduction)
+    return _measure(h, _nrel(n_relevant, h.shape[0]), f"map_cut.{max(h.shape[1], 1)}", reduction)
 
 
 def mrr(hits: object, n_relevant: object, *, reduction: str = "mean") -> float | np.ndarray:
     """Mean reciprocal rank within the retrieved depth (PML ``mean_reciprocal_rank`` with the same ``k``)."""
     h = _hits(hits)
-    r = _nrel(n_relevant, h.shape[0])
-    any_hit = h.any(axis=1)
-    per = np.where(any_hit, 1.0 / (h.argmax(axis=1) + 1.0), 0.0)
-    return _reduce(per, r, reduction)
+    return _measure(h, _nrel(n_relevant, h.shape[0]), "recip_rank", reduction)
 
 
 def ndcg_at_k(hits: object, n_relevant: object, k: int, *, reduction: str = "mean") -> float | np.ndarray:
     """NDCG@k, binary relevance: ``Σ_{j ≤ k} hit_j / log2(j + 1)`` over its ideal ``Σ_{j ≤ min(k, R)}``."""
     h = _hits(hits)
     r = _nrel(n_relevant, h.shape[0])
-    k = _check_k(k, h)
-    gains = 1.0 / np.log2(np.arange(2, k + 2))  # (k,)
-    dcg = (h[:, :k] * gains[None, :]).sum(axis=1)
-    ideal = np.concatenate([[0.0], np.cumsum(gains)])[np.minimum(r, k)]
-    per = dcg / np.where(ideal > 0, ideal, 1.0)
-    return _reduce(per, r, reduction)
+    return _measure(h, r, f"ndcg_cut.{_check_k(k, h)}", reduction)
 
 
 def evaluate_retrieval(
@@ -257,27 +261,22 @@ def evaluate_retrieval(
     depth = min(depth, limit)
     bs = _positive_int("batch_size", batch_size) if batch_size is not None else max(1, (1 << 22) // depth)
 
-    per: dict[str, list[np.ndarray]] = {}
-
-    def put(name: str, values: float | np.ndarray) -> None:
-        per.setdefault(name, []).append(np.asarray(values))
-
+    measures = {f"success.{k}": f"recall@{k}" for k in ks}  # trec_eval's measure → the name returned
+    measures.update({f"recall.{k}": f"recall_fraction@{k}" for k in ks})
+    measures.update({f"ndcg_cut.{k}": f"ndcg@{k}" for k in ks})
+    measures.update({"P.1": "precision@1", f"mrr_cut.{kmax}": f"mrr@{kmax}"})
+    if r_metrics:
+        measures.update({"map_at_r": "map@r", "Rprec": "r_precision"})
+    per: dict[str, list[np.ndarray]] = {name: [] for name in measures.values()}
     bar = _progress(progress, "evaluating", nq)
     for s in range(0, nq, bs):
         e = min(s + bs, nq)
         res = index.search(q_np[s:e], depth, exclude_ids=None if qid is None else qid[s:e])
         assert res.labels is not None
-        h = res.labels == ql[s:e, None]
         r = n_rel[s:e]
-        for k in ks:
-            put(f"recall@{k}", recall_at_k(h, r, k, reduction="none"))
-            put(f"recall_fraction@{k}", recall_at_k(h, r, k, mode="fraction", reduction="none"))
-            put(f"ndcg@{k}", ndcg_at_k(h, r, k, reduction="none"))
-        put("precision@1", precision_at_1(h, r, reduction="none"))
-        put(f"mrr@{kmax}", mrr(h[:, :kmax], r, reduction="none"))
-        if r_metrics:
-            put("map@r", map_at_r(h, r, reduction="none"))
-            put("r_precision", r_precision(h, r, reduction="none"))
+        values = _graded(res.labels == ql[s:e, None], r, list(measures))
+        for measure, name in measures.items():
+            per[name].append(np.asarray(_reduce(values[measure.replace(".", "_")], r, "none")))
         bar.advance(e - s)
     bar.close()
     out: dict[str, float] = {}

@@ -45,6 +45,10 @@ def test_audit_of_embeddings_writes_a_complete_run_folder(tmp_path: Path) -> Non
     m = res["metrics"]
     assert 0 < m["recall@1"] <= m["recall@5"] <= m["recall@10"] <= 1
     assert m["num_documents"] == 240 and 0 < m["num_queries"] < 240  # every document; the non-valid queries
+    mteb = read_json_verified(out / "mteb_results.json")
+    (scores,) = mteb["scores"]["test"]
+    assert scores["main_score"] == scores["ndcg_at_10"] and scores["recall_at_1"] == m["recall@1"]
+    assert scores["mrr_at_100"] == m["mrr@100"] and mteb["comparable"]
 
 
 def test_figure_titles_name_the_model_not_its_path_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,6 +92,15 @@ def test_retrieval_equals_the_library_evaluation(tmp_path: Path) -> None:
     ref = evaluate_retrieval(index, q, torch.as_tensor(rel), ks=(1, 5))
     for key in ("recall@1", "recall@5", "ndcg@5", "mrr@5", "map@r"):
         assert ours.metrics[key].mean == pytest.approx(ref[key], abs=1e-12)
+
+
+def test_retrieval_ranks_equal_scores_as_trec_eval_by_document_id_decreasing() -> None:
+    d = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # documents 0 and 1 are the same vector
+    q = torch.tensor([[1.0, 0.1], [0.1, 1.0]])
+    ours = diag.retrieval(q, d, np.array([0, 2]), (1, 2))
+    assert ours.per_query["recall@1"].tolist() == [0.0, 1.0]  # document 1 is ranked before its tie, document 0
+    assert ours.per_query["mrr@2"].tolist() == [0.5, 1.0]
+    assert ours.correct_top1.tolist() == [0.0, 1.0]
 
 
 def test_risk_limit_is_the_mean_over_every_other_document() -> None:

@@ -18,7 +18,7 @@ from contrastlab.search.graded import (
 pytrec_eval = pytest.importorskip("pytrec_eval")
 
 MEASURES = ["ndcg_cut.1", "ndcg_cut.3", "ndcg_cut.10", "map_cut.5", "map_cut.100", "recall.3", "recall.100"]
-MEASURES += ["P.1", "P.5", "P.20", "recip_rank"]
+MEASURES += ["P.1", "P.5", "P.20", "recip_rank", "success.1", "success.5", "Rprec"]
 
 
 def _random_case(rng: np.random.Generator, n_q: int, n_docs: int, depth: int, levels: int):
@@ -99,12 +99,31 @@ def test_cutoff_beyond_the_run_keeps_every_result() -> None:
         assert abs(ours["q"][name] - v) <= 1e-12
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_map_at_r_equals_its_definition_by_a_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    qrels, run = _random_case(rng, n_q=30, n_docs=40, depth=25, levels=2)
+    ours = evaluate_run(qrels, run, ["map_at_r"])
+    for q, row in ours.items():
+        relevant = {d for d, g in qrels[q].items() if g >= 1}
+        ranked = sorted(sorted(run[q], reverse=True), key=lambda d: -run[q][d])  # trec_eval's order
+        found, total = 0, 0.0
+        for i, d in enumerate(ranked[: len(relevant)], 1):
+            if d in relevant:
+                found += 1
+                total += found / i
+        assert abs(row["map_at_r"] - (total / len(relevant) if relevant else 0.0)) <= 1e-12, q
+
+
 def test_measure_names() -> None:
     assert parse_measure("ndcg_cut.10") == ("ndcg_cut", 10)
     assert parse_measure("recip_rank") == ("recip_rank", None)
     assert mteb_name("map_cut.100") == "map_at_100"
     assert mteb_name("P.5") == "precision_at_5"
     assert mteb_name("mrr_cut.10") == "mrr_at_10"
+    assert parse_measure("map_at_r") == ("map_at_r", None) and parse_measure("success.5") == ("success", 5)
+    with pytest.raises(ValueError, match="MTEB"):
+        mteb_name("map_at_r")
     for bad in ("ndcg@10", "ndcg_cut.0", "map", "P.x"):
         with pytest.raises(ValueError, match="measures"):
             parse_measure(bad)
