@@ -25,8 +25,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 READER_MODULES: dict[str, tuple[str, ...]] = {
-    "config": ("contrastlab.train.dataconf",),
-    "checkpoint": ("contrastlab.train.checkpoint",),
+    "config": ("contrastlab.config",),
+    "checkpoint": ("contrastlab.train.loop.checkpoint",),
     "index": ("contrastlab.search.index", "contrastlab.npyfile"),
     "npy": ("contrastlab.npyfile", "contrastlab.cli._options"),
     "cifar": ("contrastlab.data.cifar",),
@@ -35,7 +35,7 @@ READER_MODULES: dict[str, tuple[str, ...]] = {
     "imagenet32": ("contrastlab.data.imagenet32", "contrastlab.npyfile"),
     "tiny_imagenet": ("contrastlab.data.tiny_imagenet",),
     "cifar10h": ("contrastlab.data.cifar10h", "contrastlab.npyfile"),
-    "pairs": ("contrastlab.train.pairs", "contrastlab.search.mining", "contrastlab.npyfile"),
+    "pairs": ("contrastlab.train.job.feature_pairs", "contrastlab.search.mining", "contrastlab.npyfile"),
 }
 """The modules whose lines count for each family."""
 

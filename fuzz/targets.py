@@ -160,7 +160,7 @@ def seal_checkpoint(root: Path, target: Path) -> None:
     As :func:`contrastlab.io.seal_zip` does, but for any bytes: the last two (the archive comment's
     length) become 48 and the seal (magic, length, SHA-256 of the archive) is appended.
     """
-    from contrastlab.train.checkpoint import CHECKPOINT_MAGIC
+    from contrastlab.train.loop.checkpoint import CHECKPOINT_MAGIC
 
     archive = target.read_bytes()
     body = archive[:-2] if len(archive) >= 2 else archive
@@ -274,12 +274,12 @@ _CONFIG_FILES = ("config.yaml", "config.toml", "config.json")
 
 
 def _config_seeds(root: Path, i: int) -> None:
-    from contrastlab.train.dataconf import dump_config
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.config import dump_config
+    from contrastlab.train.job.config import JobConfig
 
     cfg = JobConfig()
     if i == 1:
-        from contrastlab.train.dataconf import apply_overrides
+        from contrastlab.config import apply_overrides
 
         cfg = apply_overrides(cfg, {"loss.temperature": "0.2", "train.steps": "7", "out": "runs/x"})
     root.mkdir(parents=True, exist_ok=True)
@@ -288,15 +288,15 @@ def _config_seeds(root: Path, i: int) -> None:
 
 
 def _config_read(root: Path) -> Any:
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.config import read_config
+    from contrastlab.train.job.config import JobConfig
 
     found = [root / n for n in _CONFIG_FILES if (root / n).is_file()]
     return [read_config(JobConfig, p) for p in found]
 
 
 def _config_errors() -> tuple[type[BaseException], ...]:
-    from contrastlab.train.dataconf import ConfigError
+    from contrastlab.config import ConfigError
 
     return (ConfigError,)
 
@@ -304,8 +304,7 @@ def _config_errors() -> tuple[type[BaseException], ...]:
 # ------------------------------------------------------------------------------------------- checkpoints
 def _checkpoint_seeds(root: Path, i: int) -> None:
     import torch
-
-    from contrastlab.train.checkpoint import capture_rng, save_checkpoint
+    from contrastlab.train.loop.checkpoint import capture_rng, save_checkpoint
 
     torch.manual_seed(i)
     model = torch.nn.Linear(3, 2)
@@ -317,13 +316,13 @@ def _checkpoint_seeds(root: Path, i: int) -> None:
 
 
 def _checkpoint_read(root: Path) -> Any:
-    from contrastlab.train.checkpoint import load_checkpoint
+    from contrastlab.train.loop.checkpoint import load_checkpoint
 
     return load_checkpoint(root / "checkpoint.pt")
 
 
 def _checkpoint_errors() -> tuple[type[BaseException], ...]:
-    from contrastlab.train.checkpoint import CheckpointError
+    from contrastlab.train.loop.checkpoint import CheckpointError
 
     return (CheckpointError,)
 
@@ -556,9 +555,9 @@ def _pairs_seeds(root: Path, i: int) -> None:
 
 
 def _pairs_read(root: Path) -> Any:
-    from contrastlab.train.dataconf import apply_overrides
-    from contrastlab.train.job_config import JobConfig
-    from contrastlab.train.pairs import build_pairs
+    from contrastlab.config import apply_overrides
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.feature_pairs import build_pairs
 
     config = apply_overrides(
         JobConfig(), {"data.name": "pairs", "data.root": str(root), "data.batch_size": "2", "eval.n": "2"}
@@ -568,7 +567,7 @@ def _pairs_read(root: Path) -> Any:
 
 
 def _pairs_errors() -> tuple[type[BaseException], ...]:
-    from contrastlab.train.dataconf import ConfigError
+    from contrastlab.config import ConfigError
 
     return (ConfigError,)
 

@@ -176,9 +176,10 @@ def test_the_readmes_task_path_runs_from_a_clean_data_root(
     """
     from dataclasses import replace
 
+    from contrastlab.train.job.dev_metrics import read_dev
+    from contrastlab.train.job.text_sources import read_source
+
     from contrastlab.data.catalog import DOWNLOADS, RemoteFile
-    from contrastlab.train.dev_eval import read_dev
-    from contrastlab.train.text_sources import read_source
     from tests.audit.test_task_audit import write_task
     from tests.data.http_server import Served, md5, serve
     from tests.models.text_models import write_tiny_bert

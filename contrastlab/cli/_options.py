@@ -50,9 +50,9 @@ def error_report(e: Exception) -> tuple[int, str]:
     Exit code 2: a mistake in the command line or its inputs (a :class:`UsageError`, a bad config, an unusable
     checkpoint, a file that fails its checksum, a data set not where the user said it is); 1: a failure while running.
     """
+    from contrastlab.config import ConfigError
     from contrastlab.io import CorruptFileError
-    from contrastlab.train.checkpoint import CheckpointError
-    from contrastlab.train.dataconf import ConfigError
+    from contrastlab.train.loop.checkpoint import CheckpointError
 
     if isinstance(e, UsageError):
         return EXIT_USAGE, str(e)
@@ -66,9 +66,9 @@ def error_report(e: Exception) -> tuple[int, str]:
 def checkpoint_warnings_on_one_line() -> Iterator[None]:
     """Show a checkpoint fallback within as one line, like an error; any other warning as Python shows it.
 
-    A fallback is a :class:`~contrastlab.train.checkpoint.CheckpointWarning`; ``showwarning`` is restored on exit.
+    A fallback is a :class:`~contrastlab.train.loop.checkpoint.CheckpointWarning`; ``showwarning`` is restored on exit.
     """
-    from contrastlab.train.checkpoint import CheckpointWarning
+    from contrastlab.train.loop.checkpoint import CheckpointWarning
 
     with warnings.catch_warnings():
         default_show = warnings.showwarning
@@ -141,7 +141,7 @@ def split_arguments(
 
 def refuse_extra(prog: str, extra: Sequence[str], trailing: dict[str, list[str]]) -> NoReturn:
     """Raise the one-line error for arguments no parser took: a list written with spaces is named as such."""
-    from contrastlab.train.dataconf import LIST_FORMS
+    from contrastlab.config import LIST_FORMS
 
     for flag, values in trailing.items():
         if any(x in values[1:] for x in extra):
@@ -208,7 +208,7 @@ def add_engine_and_shards(p: argparse.ArgumentParser, shards: str) -> None:
 
 def model_overrides(args: argparse.Namespace, rest: Sequence[str]) -> dict[str, Any]:
     """The overrides of a command on an optional MODEL: ``rest``'s, then MODEL, ``--pairs`` and ``--quiet``."""
-    from contrastlab.train.dataconf import parse_overrides
+    from contrastlab.config import parse_overrides
 
     overrides: dict[str, Any] = dict(parse_overrides(rest))
     for name in ("model", "pairs"):
@@ -221,7 +221,7 @@ def model_overrides(args: argparse.Namespace, rest: Sequence[str]) -> dict[str, 
 
 def fields_help(cls: type) -> str:
     """The epilog of a command that takes ``--FIELD VALUE`` overrides: each field of ``cls``, its doc and default."""
-    from contrastlab.train.dataconf import LIST_FORMS, describe_fields
+    from contrastlab.config import LIST_FORMS, describe_fields
 
     rows = describe_fields(cls)
     width = max((len(n) for n, _, _ in rows), default=0)

@@ -112,8 +112,8 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
     from contrastlab.audit import QUICK, AuditConfig
     from contrastlab.audit.run import audit
     from contrastlab.audit.task_suite import audit_tasks
+    from contrastlab.config import apply_overrides
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.dataconf import apply_overrides
 
     overrides = model_overrides(args, rest)
     tasks = _tasks(args)

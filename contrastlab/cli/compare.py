@@ -34,8 +34,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """Compare the audits ``args.models`` (the first the baseline) and print the results' tables."""
     from contrastlab.audit.compare import CompareConfig, compare
+    from contrastlab.config import apply_overrides, parse_overrides
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     try:
         cfg = apply_overrides(CompareConfig(), dict(parse_overrides(rest)))

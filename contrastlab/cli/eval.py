@@ -21,12 +21,12 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
     """Print the metrics of ``args.run_dir``'s checkpoint and write them to ``args.out``."""
     import torch
 
+    from contrastlab.config import read_config
     from contrastlab.io import write_json_atomic
-    from contrastlab.train.checkpoint import latest_checkpoint
-    from contrastlab.train.dataconf import read_config
-    from contrastlab.train.job import build_encoder, build_source, check_job, make_eval_fn
-    from contrastlab.train.job_config import JobConfig
-    from contrastlab.train.trainer import resolve_device
+    from contrastlab.train.job.config import JobConfig
+    from contrastlab.train.job.runner import build_encoder, build_source, check_job, make_eval_fn
+    from contrastlab.train.loop.checkpoint import latest_checkpoint
+    from contrastlab.train.loop.trainer import resolve_device
 
     run_dir = Path(args.run_dir)
     if not (run_dir / "config.json").is_file():

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """Write ``args.model`` as the ``--st`` or the ``--onnx`` folder (and ``--int8``'s quantized copy)."""
     if args.st is not None:
-        from contrastlab.train.export import export_run
+        from contrastlab.train.job.export import export_run
 
         if args.max_seq_length is not None or args.int8 is not None:
             raise UsageError("export: --max-seq-length and --int8 go with --onnx, not --st")

@@ -44,9 +44,9 @@ def model_config() -> type:
 
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """Mine the pairs file's hard negatives with ``args.model`` and write them to ``args.out``."""
+    from contrastlab.config import apply_overrides
     from contrastlab.mine import MineConfig, mine_pairs
     from contrastlab.scale.cluster import Engine
-    from contrastlab.train.dataconf import apply_overrides
 
     cfg = apply_overrides(MineConfig(), model_overrides(args, rest))
     try:

@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace, rest: list[str]) -> int:
     """List the experiments, show one's help, or run ``args.name`` with the overrides ``rest``."""
+    from contrastlab.config import parse_overrides
     from contrastlab.experiments import describe_experiments, list_experiments
-    from contrastlab.train.dataconf import parse_overrides
 
     join_process_group()
     names = list_experiments()
@@ -76,11 +76,11 @@ def _run_with_board(name: str, out_arg: str | None, quick: bool, overrides: dict
 
     An experiment with ``OWN_PROGRESS`` (the demo) shows its own board; under torchrun only rank 0 shows one.
     """
+    from contrastlab.config import to_dict
     from contrastlab.distributed import rank
     from contrastlab.experiments import default_out_dir, get_experiment, resolve_config, run_experiment
     from contrastlab.experiments._durations import recorded_seconds
     from contrastlab.progress import Board, Task
-    from contrastlab.train.dataconf import to_dict
 
     if getattr(get_experiment(name), "OWN_PROGRESS", False):
         return run_experiment(name, None, out_arg, quick=quick, overrides=overrides)

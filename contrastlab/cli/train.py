@@ -18,7 +18,7 @@ OVERRIDES = True
 def add_parser(sub: Any) -> argparse.ArgumentParser:
     """The options of ``contrastlab train``."""
     from contrastlab.scale.cluster import add_engine_arguments
-    from contrastlab.train.job_config import JobConfig
+    from contrastlab.train.job.config import JobConfig
 
     p = add_command(
         sub,
@@ -47,9 +47,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def load_job(path: str, overrides: Sequence[str]) -> Any:
-    """The :class:`~contrastlab.train.job_config.JobConfig` of a config file with ``--FIELD VALUE`` overrides."""
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides, read_config
-    from contrastlab.train.job_config import JobConfig
+    """The :class:`~contrastlab.train.job.config.JobConfig` of a config file with ``--FIELD VALUE`` overrides."""
+    from contrastlab.config import apply_overrides, parse_overrides, read_config
+    from contrastlab.train.job.config import JobConfig
 
     cfg = read_config(JobConfig, path)  # a config.json contrastlab wrote (a previous run's) is verified
     return apply_overrides(cfg, parse_overrides(overrides)) if overrides else cfg
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace, rest: list[str]) -> int:
     from dataclasses import replace
 
     from contrastlab.experiments import default_out_dir
-    from contrastlab.train.job import run_job
+    from contrastlab.train.job.runner import run_job
 
     join_process_group()
     cfg = load_job(args.config, rest)

@@ -176,7 +176,7 @@ def test_corrupted_config_and_results_exit_2_naming_the_file(job: Path, tmp_path
 
 
 def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -> None:
-    import contrastlab.train.job as job_module
+    import contrastlab.train.job.runner as job_module
 
     def boom(*a, **k):
         raise RuntimeError("disk on fire")
@@ -187,7 +187,7 @@ def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -
 
 
 def test_missing_data_is_a_usage_error_on_one_line(job: Path, monkeypatch, capsys) -> None:
-    import contrastlab.train.job as job_module
+    import contrastlab.train.job.runner as job_module
 
     def missing(*a, **k):
         raise FileNotFoundError("root: cifar10 files not found under data. Expected:\n  data/x\n  data/y")
@@ -233,7 +233,7 @@ def test_data_lists_registered_files(monkeypatch, tmp_path: Path, capsys) -> Non
 
 
 def test_ctrl_c_in_training_exits_130_after_checkpoint(job: Path, tmp_path: Path, monkeypatch, capsys) -> None:
-    import contrastlab.train.job as job_module
+    import contrastlab.train.job.runner as job_module
 
     sphere = job_module.DATA_BUILDERS["sphere"]
 
@@ -293,9 +293,10 @@ LIST_FIELDS = {  # a command that takes overrides → (its arguments, a list fie
 
 def _config_of(command: str, argv: list[str]) -> object:
     """The config the command line ``argv`` of ``command`` resolves to (as the command builds it, not run)."""
+    from contrastlab.config import apply_overrides, parse_overrides
+
     from contrastlab.audit import AuditConfig
     from contrastlab.experiments import resolve_config
-    from contrastlab.train.dataconf import apply_overrides, parse_overrides
 
     parser, subs = cli.build_parser()
     kept, rest, _ = split_arguments(subs[command], argv)
@@ -309,8 +310,9 @@ def _config_of(command: str, argv: list[str]) -> object:
 
 @pytest.mark.parametrize("command", sorted(LIST_FIELDS))
 def test_list_overrides_take_the_comma_and_the_bracketed_form_on_every_command(command: str, job: Path, capsys) -> None:
+    from contrastlab.config import _hints, _list_type
+
     from contrastlab.mine import MineConfig
-    from contrastlab.train.dataconf import _hints, _list_type
 
     head, flag, values, want = LIST_FIELDS[command]
     head = [str(job) if a == "JOB" else a for a in head]
