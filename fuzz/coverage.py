@@ -28,7 +28,7 @@ READER_MODULES: dict[str, tuple[str, ...]] = {
     "config": ("contrastlab.config",),
     "checkpoint": ("contrastlab.train.loop.checkpoint",),
     "index": ("contrastlab.search.index", "contrastlab.npyfile"),
-    "npy": ("contrastlab.npyfile", "contrastlab.search.cli"),
+    "npy": ("contrastlab.npyfile", "contrastlab.cli._options"),
     "cifar": ("contrastlab.data.cifar",),
     "stl10": ("contrastlab.data.stl10",),
     "svhn": ("contrastlab.data.svhn", "contrastlab.data.mat5"),

@@ -375,7 +375,7 @@ def _npy_seeds(root: Path, i: int) -> None:
 
 
 def _npy_read(root: Path) -> Any:
-    from contrastlab.search.cli import load_matrix
+    from contrastlab.cli._options import load_matrix
     from contrastlab.search.softmax import NpyBlocks
 
     out = [np.array(load_matrix(str(root / name), None, "embeddings")) for name in _NPY_FILES]

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from contrastlab import cli
+from contrastlab.cli._options import split_arguments
+from contrastlab.cli.train import load_job
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
@@ -73,7 +75,7 @@ def test_every_link_of_the_readme_and_the_docs_resolves() -> None:
 
 
 def test_every_command_of_the_readme_exists(capsys: pytest.CaptureFixture[str]) -> None:
-    _, subs = cli._build_parser()
+    _, subs = cli.build_parser()
     commands = _commands()
     assert {c[0] for c in commands} >= {"audit", "train", "mine", "report", "search"}
     for words in commands:
@@ -93,7 +95,7 @@ def _help_exit_code(argv: list[str]) -> int | str | None:
 
 
 def test_the_mine_command_exists() -> None:
-    _, subs = cli._build_parser()
+    _, subs = cli.build_parser()
     if "mine" not in subs:
         pytest.skip("this build has no `contrastlab mine` command")
     assert _help_exit_code(["mine", "--help"]) == 0
@@ -102,12 +104,12 @@ def test_the_mine_command_exists() -> None:
 def test_every_train_command_of_the_readme_loads_its_config_with_its_overrides() -> None:
     trains = [c for c in _commands() if c[0] == "train"]
     assert trains
-    _, subs = cli._build_parser()
+    _, subs = cli.build_parser()
     for words in trains:
         config, rest = words[1], words[2:]
         # the command's own options (--out, --engine, --workers, ...) as its parser knows them; the rest are fields
-        _, overrides = cli._split_overrides(subs["train"], rest)
-        job = cli._load_job(str(REPO / config), overrides)
+        _, overrides, _ = split_arguments(subs["train"], rest)
+        job = load_job(str(REPO / config), overrides)
         assert job is not None
 
 
@@ -208,9 +210,9 @@ def test_the_readmes_task_path_runs_from_a_clean_data_root(
                 assert cli.main([*words, "--mirror", srv.url, "--quiet"]) == 0, capsys.readouterr().err
                 ran.append(f"data get {name}")
             elif words[0] == "train":
-                _, subs = cli._build_parser()
-                _, overrides = cli._split_overrides(subs["train"], words[2:])
-                job = cli._load_job(str(REPO / words[1]), overrides)
+                _, subs = cli.build_parser()
+                _, overrides, _ = split_arguments(subs["train"], words[2:])
+                job = load_job(str(REPO / words[1]), overrides)
                 tasks = [s for s in job.data.sources.datasets if s.kind == "task"] if job.data.name == "sources" else []
                 if not tasks:
                     continue

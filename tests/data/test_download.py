@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from contrastlab import cli
+from contrastlab.cli.data import _task_table
 from contrastlab.data import archives, download
 from contrastlab.data.catalog import DOWNLOADS, Download, RemoteFile
 from contrastlab.data.download import MANIFEST, DownloadError, fetch, url_download, verified_copy
@@ -166,10 +167,10 @@ def test_a_partial_folder_left_by_a_killed_run_is_never_taken_for_the_task(tmp_p
         (stale / "scifact" / "queries.jsonl").write_text('{"_id": "q1", "text": "a"}\n')
         (stale / "scifact" / "qrels").mkdir()
         (stale / "scifact" / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-        assert cli._task_table(tmp_path) == []  # `contrastlab data` lists no task from a hidden partial folder
+        assert _task_table(tmp_path) == []  # `contrastlab data` lists no task from a hidden partial folder
         done = fetch(spec, tmp_path)
     assert not stale.exists() and _leftovers(tmp_path) == ["scifact"]
-    assert cli._task_table(tmp_path) == [(tmp_path / "scifact", ["test"])]
+    assert _task_table(tmp_path) == [(tmp_path / "scifact", ["test"])]
     assert read_beir_task(done.path, "test").num_judgements == 2
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from contrastlab.search.cli import load_matrix, main
+from contrastlab.cli._options import load_matrix
+from contrastlab.cli.search import main
 from contrastlab.search.softmax import NpyBlocks
 from tests._fuzzing import FUZZ_SETTINGS, assert_contract, mutated_inputs
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
+from collections.abc import Iterable
 
 import numpy as np
 
+from contrastlab.cli._options import UsageError, load_matrix, one_line
 from contrastlab.io import atomic_path, write_json_atomic
-from contrastlab.npyfile import NpyFormatError, load_npy
 from contrastlab.search.index import EmbeddingIndex, _progress
 from contrastlab.search.metrics import evaluate_retrieval
 
@@ -32,43 +32,9 @@ _PROG = "contrastlab search"
 _CHUNK = 1 << 16  # rows per add() call while building (progress granularity)
 
 
-class _UsageError(Exception):
-    pass
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise _UsageError(message)
-
-
-def load_matrix(path: str, key: str | None, name: str) -> np.ndarray:
-    """Load an array from ``.npy`` (memory-mapped) or ``.safetensors`` (tensor ``key``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{name}: no such file {path}")
-    if p.suffix == ".npy":
-        if key is not None:
-            raise ValueError(f"{name}: --key applies to .safetensors files, not {path}")
-        try:
-            return load_npy(p, mmap=True)
-        except NpyFormatError as e:
-            raise ValueError(f"{name}: {e}") from None
-    if p.suffix == ".safetensors":
-        from safetensors import SafetensorError, safe_open
-
-        try:
-            with safe_open(str(p), framework="np") as f:
-                keys = list(f.keys())
-                if key is None:
-                    if len(keys) != 1:
-                        raise ValueError(f"{name}: {path} holds tensors {keys}; choose one with its --key option")
-                    key = keys[0]
-                if key not in keys:
-                    raise ValueError(f"{name}: {path} has no tensor {key!r} (it has {keys})")
-                return f.get_tensor(key)
-        except SafetensorError as e:
-            raise ValueError(f"{name}: cannot read {path} ({e})") from None
-    raise ValueError(f"{name}: {path} must be a .npy or .safetensors file")
+        raise UsageError(message)
 
 
 def _vector(path: str | None, key: str | None, name: str, n: int) -> np.ndarray | None:
@@ -92,17 +58,20 @@ def _parse_ks(text: str) -> tuple[int, ...]:
     return ks
 
 
+def _array(p: argparse.ArgumentParser, flag: str, key: str, what: str, text: str, required: bool = False) -> None:
+    """An option naming an array file, and its ``key`` option: the tensor of a ``.safetensors`` file of ``what``."""
+    p.add_argument(flag, required=required, help=text)
+    p.add_argument(key, default=None, help=f"tensor name inside a .safetensors {what} file")
+
+
 def _parser() -> _Parser:
     parser = _Parser(prog=_PROG, description="Build, query and evaluate embedding indexes (faiss).")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     b = sub.add_parser("build", help="build an index from a file of embeddings")
-    b.add_argument("--embeddings", required=True, help="(N, D) .npy or .safetensors")
-    b.add_argument("--key", default=None, help="tensor name inside a .safetensors embeddings file")
-    b.add_argument("--labels", default=None, help="(N,) integer labels, .npy or .safetensors")
-    b.add_argument("--labels-key", default=None, help="tensor name inside a .safetensors labels file")
-    b.add_argument("--ids", default=None, help="(N,) unique integer ids (default 0..N-1)")
-    b.add_argument("--ids-key", default=None, help="tensor name inside a .safetensors ids file")
+    _array(b, "--embeddings", "--key", "embeddings", "(N, D) .npy or .safetensors", required=True)
+    _array(b, "--labels", "--labels-key", "labels", "(N,) integer labels, .npy or .safetensors")
+    _array(b, "--ids", "--ids-key", "ids", "(N,) unique integer ids (default 0..N-1)")
     b.add_argument("--out", required=True, help="index directory to write")
     b.add_argument("--kind", choices=("flat", "ivf", "hnsw"), default="flat")
     b.add_argument("--metric", choices=("cosine", "ip"), default="cosine")
@@ -111,28 +80,24 @@ def _parser() -> _Parser:
     b.add_argument("--hnsw-m", type=int, default=32, help="HNSW links per node")
     b.add_argument("--ef-search", type=int, default=64, help="HNSW search candidates")
     b.add_argument("--seed", type=int, default=0, help="seed of the IVF training sample")
-    b.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     q = sub.add_parser("query", help="top-k neighbours of each query")
     q.add_argument("--index", required=True, help="index directory")
-    q.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors")
-    q.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
+    _array(q, "--queries", "--key", "queries", "(Q, D) .npy or .safetensors", required=True)
     q.add_argument("-k", type=int, default=10, help="neighbours per query")
     q.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
     q.add_argument("--out", default=None, help="results.npy (ids, (Q, k) int64) or results.json (ids and scores)")
-    q.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
     e = sub.add_parser("evaluate", help="retrieval metrics of labelled queries against a labelled index")
     e.add_argument("--index", required=True, help="index directory (built with --labels)")
-    e.add_argument("--queries", required=True, help="(Q, D) .npy or .safetensors")
-    e.add_argument("--key", default=None, help="tensor name inside a .safetensors queries file")
-    e.add_argument("--query-labels", required=True, help="(Q,) integer labels, .npy or .safetensors")
-    e.add_argument("--query-labels-key", default=None, help="tensor name inside a .safetensors labels file")
+    _array(e, "--queries", "--key", "queries", "(Q, D) .npy or .safetensors", required=True)
+    _array(e, "--query-labels", "--query-labels-key", "labels", "(Q,) integer labels, .npy or .safetensors", True)
     e.add_argument("-k", type=_parse_ks, default=(1, 5, 10), help="cut-offs, comma-separated (default 1,5,10)")
     e.add_argument("--exclude-self", action="store_true", help="queries are corpus rows 0..Q-1: drop self matches")
     e.add_argument("--no-r-metrics", action="store_true", help="skip MAP@R and R-precision (they search to depth R)")
     e.add_argument("--json", default=None, help="also write the metrics to this JSON file")
-    e.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    for p in (b, q, e):
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 
@@ -179,21 +144,27 @@ def _queries(a: argparse.Namespace, index: EmbeddingIndex) -> tuple[np.ndarray, 
     return xq, (index.ids[: xq.shape[0]] if a.exclude_self else None)
 
 
+def _print_table(title: str, columns: tuple[str, ...], rows: Iterable[tuple[str, ...]], right: str = "") -> None:
+    """A table on stdout: ``columns`` (the one named ``right`` right-justified) and ``rows`` of their cells."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for c in columns:
+        table.add_column(c, justify="right" if c == right else "left")
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
 def _query(a: argparse.Namespace) -> int:
     index = EmbeddingIndex.load(a.index)
     xq, excl = _queries(a, index)
     res = index.search(xq, a.k, exclude_ids=excl, progress=not a.no_progress and sys.stderr.isatty())
     if a.out is None:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=f"top-{a.k} ids (first {min(10, xq.shape[0])} of {xq.shape[0]} queries)")
-        table.add_column("query")
-        table.add_column("ids")
-        table.add_column("scores")
-        for i in range(min(10, xq.shape[0])):
-            table.add_row(str(i), " ".join(map(str, res.ids[i])), " ".join(f"{s:.4f}" for s in res.scores[i]))
-        Console().print(table)
+        n = min(10, xq.shape[0])
+        rows = ((str(i), " ".join(map(str, res.ids[i])), " ".join(f"{s:.4f}" for s in res.scores[i])) for i in range(n))
+        _print_table(f"top-{a.k} ids (first {n} of {xq.shape[0]} queries)", ("query", "ids", "scores"), rows)
     elif a.out.endswith(".npy"):
         with atomic_path(a.out) as tmp, open(tmp, "wb") as f:
             np.save(f, res.ids, allow_pickle=False)
@@ -223,16 +194,9 @@ def _evaluate(a: argparse.Namespace) -> int:
         r_metrics=not a.no_r_metrics,
         progress=not a.no_progress and sys.stderr.isatty(),
     )
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"retrieval metrics ({int(metrics['num_queries'])} queries, index {a.index})")
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-    for name, value in metrics.items():
-        shown = str(int(value)) if name.startswith(("num_", "depth")) else f"{value:.4f}"
-        table.add_row(name, shown)
-    Console().print(table)
+    rows = ((k, str(int(v)) if k.startswith(("num_", "depth")) else f"{v:.4f}") for k, v in metrics.items())
+    title = f"retrieval metrics ({int(metrics['num_queries'])} queries, index {a.index})"
+    _print_table(title, ("metric", "value"), rows, right="value")
     if a.json is not None:
         write_json_atomic(a.json, metrics)
     return 0
@@ -249,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     try:
         a = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    except _UsageError as e:
+    except UsageError as e:
         print(f"{_PROG}: usage error: {e} (see --help)", file=sys.stderr)
         return 2
     except SystemExit as e:  # --help
@@ -257,10 +221,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return {"build": _build, "query": _query, "evaluate": _evaluate}[a.command](a)
     except (ValueError, TypeError, FileNotFoundError) as e:  # bad input; IndexFormatError is a ValueError
-        print(f"{_PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
+        print(f"{_PROG}: error: {one_line(e)}", file=sys.stderr)  # one line
         return 2
     except (OSError, RuntimeError) as e:
-        print(f"{_PROG}: failed: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{_PROG}: failed: {one_line(e)}", file=sys.stderr)
         return 1
 
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
+from contrastlab.cli.search import main
 from contrastlab.io import read_json_verified
 from contrastlab.search import EmbeddingIndex, evaluate_retrieval
-from contrastlab.search.cli import main
 
 
 @pytest.fixture()

@@ -11,8 +11,11 @@ import pytest
 
 import contrastlab.experiments as experiments
 from contrastlab import cli
+from contrastlab.cli._options import split_arguments
+from contrastlab.cli.data import DATA_FILES
+from contrastlab.cli.train import load_job
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 JOB = """
 data: {latent_dim: 3, batch_size: 32}
 encoder: {hidden: [16], out_dim: 3}
@@ -209,17 +212,17 @@ def test_run_list_help_and_quick(monkeypatch, tmp_path: Path, capsys) -> None:
 
 def test_search_delegates_or_says_it_is_missing(monkeypatch, capsys) -> None:
     seen = []
-    fake = types.ModuleType("contrastlab.search.cli")
+    fake = types.ModuleType("contrastlab.cli.search")
     fake.main = lambda argv: seen.append(argv) or 7  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "contrastlab.search.cli", fake)
+    monkeypatch.setitem(sys.modules, "contrastlab.cli.search", fake)
     assert cli.main(["search", "build", "--k", "3"]) == 7 and seen == [["build", "--k", "3"]]
-    monkeypatch.setitem(sys.modules, "contrastlab.search.cli", None)  # import fails
+    monkeypatch.setitem(sys.modules, "contrastlab.cli.search", None)  # import fails
     assert cli.main(["search"]) == 2
     _one_line_error(capsys, "not installed")
 
 
 def test_data_lists_registered_files(monkeypatch, tmp_path: Path, capsys) -> None:
-    monkeypatch.setitem(cli.DATA_FILES, "toy", {"files": ["toy/a.bin"], "source": "hand-made"})
+    monkeypatch.setitem(DATA_FILES, "toy", {"files": ["toy/a.bin"], "source": "hand-made"})
     assert cli.main(["data", "toy", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "toy: missing" in out and str(tmp_path / "toy/a.bin") in out
@@ -294,11 +297,11 @@ def _config_of(command: str, argv: list[str]) -> object:
     from contrastlab.config import apply_overrides, parse_overrides
     from contrastlab.experiments import resolve_config
 
-    parser, subs = cli._build_parser()
-    kept, rest = cli._split_overrides(subs[command], argv)
+    parser, subs = cli.build_parser()
+    kept, rest, _ = split_arguments(subs[command], argv)
     args = parser.parse_args([command, *kept])
     if command == "train":
-        return cli._load_job(args.config, rest)
+        return load_job(args.config, rest)
     if command == "run":
         return resolve_config(args.name, overrides=parse_overrides(rest))
     return apply_overrides(AuditConfig(), parse_overrides(rest))
