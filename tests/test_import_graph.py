@@ -154,3 +154,38 @@ def test_train_job_layers_run_one_way():
         for module in layer:
             assert not graph[module] & above, f"{module} imports {sorted(graph[module] & above)}"
     assert "contrastlab.train.job.config" in graph["contrastlab.train.job.datasets"]  # a real import, not type-only
+
+
+#: The package's floors, top to bottom (docs/architecture.md draws them): a part may import its own floor's
+#: parts and those below, never one above.
+FLOORS = (
+    ("cli", "__main__"),
+    ("experiments", "mine"),
+    ("audit",),
+    ("scale", "export"),
+    ("train",),
+    ("tasks",),
+    ("eval",),
+    ("models", "adapters"),
+    ("losses", "theory", "data", "report"),
+    ("search", "worlds"),
+    ("config", "io", "npyfile", "distributed", "progress", "seeds", "_checks", "figures", "host", "__version__"),
+)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every edge (importer, imported) of ``graph`` that runs up the floors."""
+    floor = {part: i for i, parts in enumerate(FLOORS) for part in parts}
+    return sorted((src, dst) for src, dsts in graph.items() for dst in dsts if floor[dst] < floor[src])
+
+
+def test_every_part_has_a_floor_and_no_import_runs_up_the_floors():
+    graph = import_graph()
+    on_a_floor = {part for parts in FLOORS for part in parts}
+    assert set(graph) <= on_a_floor, f"parts without a floor: {sorted(set(graph) - on_a_floor)}"
+    assert upward_imports(graph) == [], f"imports that run up the floors: {upward_imports(graph)}"
+
+
+def test_an_import_up_the_floors_is_seen():
+    graph = {"data": {"train", "io"}, "train": {"data"}, "io": set()}
+    assert upward_imports(graph) == [("data", "train")]
