@@ -28,6 +28,8 @@ checkpointing).
 
     python benchmarks/train_text_speed.py                       # 29 steps of 32, 256 tokens, 3 runs
     python benchmarks/train_text_speed.py --steps 4 --runs 1    # a short check
+    python benchmarks/train_text_speed.py --steps 8 --runs 1 --mmap-threshold-mib 4   # both contrastlab arms with
+                                                                # train.mmap_threshold_mib: 4
 """
 
 from __future__ import annotations
