@@ -19,7 +19,9 @@ from contrastlab.train.job.config import JobConfig
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from tests.data.writers import WRITERS
 
-CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs").glob("*.yaml"))
+# every file of configs/ is a `contrastlab train` job but recipe.yaml, the settings of `contrastlab run recipe`
+# (tests/experiments/test_recipe.py checks it)
+CONFIGS = sorted(p for p in (Path(__file__).resolve().parents[3] / "configs").glob("*.yaml") if p.name != "recipe.yaml")
 SHORT = ["--train.steps", "2", "--train.log_every", "1", "--train.eval_every", "0", "--train.device", "cpu"]
 SHORT += ["--train.precision", "fp32", "--train.checkpoint_every", "0", "--quiet"]
 
