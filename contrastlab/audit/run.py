@@ -42,11 +42,12 @@ from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression, pq_min_documents
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import model_title, plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_risk, plot_temperature
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
+from contrastlab.audit.report_section import pairs_layout
 from contrastlab.eval.probe import mean_ci
 from contrastlab.search.sharded import ShardedSearch
 
@@ -533,7 +534,10 @@ def _report(
 
     def draw(stage: Path) -> list[dict[str, str]]:
         title = model_title(model_desc, cfg.model)  # the model or run, not its path on disk
-        plot_search(curve, tau, risk, stage / "search.png", title=title)
+        plot_temperature(
+            {f"{fit_on} queries": curve}, {f"{fit_on} queries": tau}, stage / "temperature.png", title=title
+        )
+        plot_risk(risk, stage / "risk.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 
         if tails:
@@ -547,10 +551,8 @@ def _report(
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [
-            {
-                "file": "search.png",
-                "caption": "Held-out pair cross-entropy against τ, and the InfoNCE risk gap against k.",
-            },
+            {"file": "temperature.png", "caption": "Held-out pair cross-entropy against τ, τ* dotted."},
+            {"file": "risk.png", "caption": "The InfoNCE risk's gap to its k → ∞ limit against k."},
             {"file": "tails.png", "caption": "Extreme-value view of the hardest query → document negatives."},
             {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and top-1 correctness."},
             {
@@ -566,4 +568,4 @@ def _report(
         ]
         return [f for f in figures if (stage / f["file"]).is_file()]
 
-    return write_run_folder(results, out, draw, t0=t0, t_report=t_report)
+    return write_run_folder(results, out, draw, t0=t0, t_report=t_report, layout=pairs_layout)

@@ -46,11 +46,12 @@ from torch import Tensor
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import model_title, plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_risk, plot_temperature
 from contrastlab.audit.inputs import encode_texts, load_model
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
+from contrastlab.audit.report_section import task_layout
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.search.graded import Judgements, graded_metrics, judgements, mteb_name, rank_run, tie_keys
 from contrastlab.search.sharded import ShardedSearch
@@ -140,7 +141,10 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator, *, encoder: Any
             query_ids=ids,
             query_texts=tuple(task.query_texts[i] for i in q_keep),
             qrels={q: task.qrels[q] for q in ids},
-            provenance={**task.provenance, "subset": {"queries": len(ids), "documents": int(docs.size)}},
+            provenance={
+                **task.provenance,
+                "subset": {"queries": len(ids), "documents": int(docs.size), "of_fingerprint": task.fingerprint()},
+            },
         )
     judged = judgements(task.qrels, task.query_ids, task.doc_ids)
     pos = task.doc_index()
@@ -676,9 +680,10 @@ def _task_report(
 
     def draw(stage: Path) -> list[dict[str, str]]:
         title = f"{model_title(model, cfg.model)} on {task.name}"  # the model or run, not its path on disk
-        curve = found.curves[0] if found.fit_on != "other fold" else found.curves[0] + found.curves[1]
-        tau = float(np.exp(np.mean(np.log(found.taus))))
-        plot_search(sorted(curve), tau, risk, stage / "search.png", title=title)
+        folds = ("fold A", "fold B") if found.fit_on == "other fold" else ("all queries",)
+        curves, taus = dict(zip(folds, found.curves, strict=False)), dict(zip(folds, found.taus, strict=False))
+        plot_temperature(curves, taus, stage / "temperature.png", title=title)
+        plot_risk(risk, stage / "risk.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 
         if tails:
@@ -689,7 +694,8 @@ def _task_report(
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [
-            {"file": "search.png", "caption": "Per-fold held-out cross-entropy against τ, and the risk gap against k."},
+            {"file": "temperature.png", "caption": "Each fold's held-out cross-entropy against τ, its τ* dotted."},
+            {"file": "risk.png", "caption": "The multi-positive InfoNCE risk's gap to its k → ∞ limit against k."},
             {"file": "tails.png", "caption": "Extreme-value view of the hardest non-relevant documents."},
             {"file": "norms.png", "caption": "Pre-normalisation query norms and a relevant top-1."},
             {"file": "norm_claims.png", "caption": "The norm paper's claims on this model."},
@@ -698,4 +704,13 @@ def _task_report(
         return [f for f in figures if (stage / f["file"]).is_file()]
 
     mteb = mteb_results(task, means, evaluation_time=time.perf_counter() - t0, model=model, subset=inputs.subset)
-    return write_run_folder(results, out, draw, t0=t0, t_report=t_report, extra={"mteb_results.json": mteb})
+    headline = [mteb_name(m) for m in HEADLINE]
+    return write_run_folder(
+        results,
+        out,
+        draw,
+        t0=t0,
+        t_report=t_report,
+        extra={"mteb_results.json": mteb},
+        layout=lambda r: task_layout(r, headline),
+    )

@@ -64,15 +64,16 @@ def test_figure_titles_name_the_model_not_its_path_on_disk(tmp_path: Path, monke
         return wrapped
 
     for module, name in [
-        (run_module, "plot_search"),
+        (run_module, "plot_temperature"),
+        (run_module, "plot_risk"),
         (run_module, "plot_norms"),
         (tails_module, "plot_tail_diagnostics"),
     ]:
         monkeypatch.setattr(module, name, recording(getattr(module, name)))
     res = audit(AuditConfig(model=str(emb.resolve()), pairs=str(pairs), **FAST), tmp_path / "audit")
-    assert len(titles) == 3
+    assert len(titles) == 4
     assert all(str(tmp_path) not in t and "/" not in t for t in titles), titles
-    assert titles[0] == "emb.npy" and titles[1] == "emb.npy: query → document negatives"
+    assert titles[:2] == ["emb.npy", "emb.npy"] and titles[2] == "emb.npy: query → document negatives"
     assert res["model"] == str(emb.resolve())  # results.json keeps where the model came from
 
 
