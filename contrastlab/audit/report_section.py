@@ -7,7 +7,7 @@ results — the dictionary written as ``results.json``, its ``tables`` and ``fig
 * ``lede`` — one sentence: which model, on what, how many queries and documents, and whether its scores can be
   set beside published ones;
 * ``headline`` — the headline scores with their 95% intervals, and MTEB's published score beside each where
-  :mod:`contrastlab.tasks.published` knows the model and the task;
+  :mod:`contrastlab.tasks.published` knows the model and the task; its ``note`` says whether the two compare;
 * ``grid`` — every retrieval score in one grid, a row per family (nDCG, MAP, recall, …), a column per cut-off;
 * ``sections`` — each diagnostic (the softmax search's τ, the InfoNCE risk against k, the hard negatives' tail,
   the query norm, the norm paper's claims, compression) as a one-sentence verdict, the position of its table in
@@ -196,7 +196,7 @@ def _diagnostics(
 
 
 def _comparability(results: Mapping[str, Any], entry: PublishedScores | None) -> str:
-    """A sentence on whether the audit's scores can be set beside published ones, and why not."""
+    """A note on whether the audit's scores can be set beside published ones, and why not (``""``: nothing to say)."""
     cfg, task = results["config"], results["task"]
     prov = task.get("provenance") or {}
     reasons = []
@@ -213,10 +213,11 @@ def _comparability(results: Mapping[str, Any], entry: PublishedScores | None) ->
         reasons.append(f"the top {cfg.get('top_k')} retrieved, not MTEB's 1,000")
     if cfg.get("query_prompt") or cfg.get("document_prompt"):
         reasons.append("prompts put before the texts")
+    why = "; ".join(reasons)
     if entry is None:
-        return f" Not comparable with published scores: {'; '.join(reasons)}." if reasons else ""
-    where = f"MTEB's published scores are {entry.source}, on the whole split"
-    return f" {where}; not comparable with these: {'; '.join(reasons)}." if reasons else f" {where}: comparable."
+        return f"Not comparable with published scores: {why}." if reasons else ""
+    where = f"Published: {entry.source}, on the whole split"
+    return f"{where}. Not comparable with this audit: {why}." if reasons else f"{where}: comparable with this audit."
 
 
 def task_layout(results: Mapping[str, Any], headline: Sequence[str]) -> dict[str, Any]:
@@ -239,7 +240,7 @@ def task_layout(results: Mapping[str, Any], headline: Sequence[str]) -> dict[str
     lede = (
         f"**{_model(results)}** on **{task['name']}** ({task['split']}): {n_q:,} judged queries against "
         f"{n_d:,} documents, each query's top {results['config'].get('top_k', 0):,} by cosine; intervals are 95% "
-        f"bootstrap intervals over queries.{_comparability(results, entry)}"
+        "bootstrap intervals over queries."
     )
     columns = ["score", "this audit (95% interval)"]
     rows: list[list[Any]] = [[score_label(m), _cell(intervals[m])] for m in headline]
@@ -264,7 +265,12 @@ def task_layout(results: Mapping[str, Any], headline: Sequence[str]) -> dict[str
     ]
     return {
         "lede": lede,
-        "headline": {"title": f"Headline scores over {n_q:,} queries", "columns": columns, "rows": rows},
+        "headline": {
+            "title": f"Headline scores over {n_q:,} queries",
+            "columns": columns,
+            "rows": rows,
+            **({"note": note} if (note := _comparability(results, entry)) else {}),
+        },
         "grid": score_grid(intervals, "Every retrieval score: a row per family, a column per cut-off"),
         "sections": _diagnostics(results, first, {"risk": "Multi-positive InfoNCE risk", "tails": "Hard-negative"}),
     }

@@ -16,7 +16,7 @@ A run whose ``results.json`` has a ``layout`` (an audit's: ``lede``, ``headline`
 shown in that order: a sentence on what was measured, the headline table, the grid, then each section as its
 one-sentence verdict over its table and figure side by side; its ``metrics`` stay in ``results.json``, and its
 tables no section shows are folded away at the end. A table cell may be an interval,
-``{"mean": m, "low": l, "high": h}``, printed ``m [l, h]``.
+``{"mean": m, "low": l, "high": h}``, printed ``m [l, h]``; a table may carry a ``note``, printed under it.
 """
 
 from __future__ import annotations
@@ -237,11 +237,17 @@ def _html_cell(v: Any) -> str:
     return f"<td>{_inline_md(_fmt(v))}</td>"
 
 
-def _html_table(columns: list[str], rows: list[list[Any]]) -> str:
-    """A table in a box of the page's width that scrolls sideways itself when the table is wider."""
+def _html_table(columns: list[str], rows: list[list[Any]], css: str = "") -> str:
+    """A table in a box of the page's width that scrolls sideways itself when the table is wider.
+
+    In a table of more than three columns, an interval cell's ``[low, high]`` goes under its mean.
+    """
     head = "".join(f"<th>{_inline_md(str(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in rows)
-    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    if len(columns) > 3 and any(_is_interval(c) for row in rows for c in row):
+        css = f"{css} stacked".strip()
+    tbody = f'<tbody class="{css}">' if css else "<tbody>"
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead>{tbody}{body}</tbody></table></div>'
 
 
 def _inline_md(text: str) -> str:
@@ -270,7 +276,7 @@ _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1180px;margin:1.2em auto;padding:0 1em;
 color:#222;line-height:1.45;overflow-wrap:break-word}
 div.table{max-width:100%;overflow-x:auto}
-h1{border-bottom:2px solid #444;margin:0.3em 0;font-size:1.8em}h2{border-bottom:1px solid #ccc;margin-top:1.4em}
+h1{border-bottom:2px solid #444;margin:0.2em 0;font-size:1.7em}h2{border-bottom:1px solid #ccc;margin:1.1em 0 0.4em}
 table{border-collapse:collapse;margin:0.5em 0;font-size:0.92em}
 th,td{border:1px solid #ccc;padding:0.2em 0.6em}th{background:#f2f2f2}td.num{text-align:right;
 font-variant-numeric:tabular-nums}
@@ -281,9 +287,23 @@ span.ci{color:#666;font-size:0.88em;white-space:nowrap}p.lede{font-size:1.05em;m
 p.verdict{margin:0.3em 0}h3{margin:1em 0 0.2em;font-size:1.05em}
 div.diagnostic{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}
 div.diagnostic>div.table{flex:0 1 auto}div.diagnostic>figure{flex:1 1 560px;margin:0.8em 0;min-width:0}
+div.diagnostic>figure.wide{flex-basis:100%}tbody.stacked span.ci{display:block}tbody.headline{font-size:1.08em}
+p.note{color:#555;font-size:0.88em;margin:0 0 0.5em}div.diagnostic>div.aside{flex:1 1 320px}
 nav#contents{font-size:0.9em;color:#555}nav#contents h2{font-size:1em;border:0;margin:0;display:inline}
 nav#contents ol{margin:0.2em 0}
 """
+
+
+#: A figure wider than this many times its height (several panels in a row) takes a row of its own beside a table.
+WIDE_FIGURE = 2.2
+
+
+def _png_aspect(png: bytes) -> float:
+    """Width over height of a PNG, from its header (0 for bytes that are not a PNG)."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return 0.0
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    return width / height if height else 0.0
 
 
 @dataclass
@@ -298,12 +318,12 @@ class _Section:
     md: list[str] = field(default_factory=list)
     html: list[str] = field(default_factory=list)
 
-    def table(self, title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    def table(self, title: str | None, columns: list[str], rows: list[list[Any]], css: str = "") -> None:
         if title:
             self.md.append(f"**{title}**\n")
             self.html.append(f"<h3>{html.escape(title)}</h3>")
         self.md.append(_md_table(columns, rows) + "\n")
-        self.html.append(_html_table(columns, rows))
+        self.html.append(_html_table(columns, rows, css))
 
     def paragraph(self, text: str, css: str = "") -> None:
         self.md.append(text.strip() + "\n")
@@ -312,9 +332,11 @@ class _Section:
     def figure(self, fig: _Figure, out_dir: Path, number: int) -> None:
         rel = os.path.relpath(fig.path, out_dir)
         self.md.append(f"![{fig.caption}]({rel})\n\n*Figure {number}: {fig.caption}*\n")
-        data = base64.b64encode(fig.path.read_bytes()).decode("ascii")
+        png = fig.path.read_bytes()
+        data = base64.b64encode(png).decode("ascii")
+        wide = ' class="wide"' if _png_aspect(png) > WIDE_FIGURE else ""
         self.html.append(
-            f'<figure><img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">'
+            f'<figure{wide}><img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">'
             f"<figcaption>Figure {number}: {_inline_md(fig.caption)}</figcaption></figure>"
         )
 
@@ -348,21 +370,38 @@ def _run_figures(run: RunData, sec: _Section, out_dir: Path, tag: str) -> list[_
     return found
 
 
-def _add_table(sec: _Section, table: dict[str, Any], *, title: bool = True) -> None:
+def _add_table(sec: _Section, table: dict[str, Any], *, title: bool = True, css: str = "") -> None:
+    """A ``results.json`` table, with its title as a heading and its ``note`` (if any) in small print under it."""
     columns = [str(c) for c in table.get("columns", [])]
-    sec.table(str(table.get("title", "")) if title else None, columns, list(table.get("rows", [])))
+    sec.table(str(table.get("title", "")) if title else None, columns, list(table.get("rows", [])), css)
+    if table.get("note"):
+        sec.paragraph(str(table["note"]), "note")
 
 
 def _laid_out(
     run: RunData, sec: _Section, figs: list[_Figure], out_dir: Path, figure_no: list[int], layout: dict[str, Any]
 ) -> None:
-    """A run with a ``layout``: lede, headline, grid, then each section's verdict over its table and figure."""
+    """A run with a ``layout``: the headline beside the lede, the grid, then each section's verdict over its table
+    and figure."""
     tables = list(run.results.get("tables") or [])
-    if layout.get("lede"):
-        sec.paragraph(str(layout["lede"]), "lede")
-    for key in ("headline", "grid"):
-        if layout.get(key):
-            _add_table(sec, layout[key])
+    head = layout.get("headline") or {}
+    if head.get("title"):
+        sec.md.append(f"### {head['title']}\n")
+        sec.html.append(f"<h3>{html.escape(str(head['title']))}</h3>")
+
+    def opening() -> None:
+        if head:
+            _add_table(sec, {**head, "note": None}, title=False, css="headline")
+        start = len(sec.html)
+        if layout.get("lede"):
+            sec.paragraph(str(layout["lede"]), "lede")
+        if head.get("note"):
+            sec.paragraph(str(head["note"]), "note")
+        sec.html[start:] = ['<div class="aside">' + "".join(sec.html[start:]) + "</div>"]
+
+    sec.side_by_side(opening)
+    if layout.get("grid"):
+        _add_table(sec, layout["grid"], css="grid")
     by_file = {f.path.name: f for f in figs}
     shown_tables: set[int] = set()
     for part in layout.get("sections") or []:
