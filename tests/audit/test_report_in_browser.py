@@ -102,7 +102,7 @@ def test_audit_report_of_embeddings_renders_every_figure(tmp_path: Path) -> None
     (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "audit"
     res = audit(AuditConfig(model=str(tmp_path / "emb.npy"), pairs=str(tmp_path / "pairs.tsv"), progress=False), out)
-    assert len(res["figures"]) == 3
+    assert len(res["figures"]) == 4  # temperature, risk, tails, norms
     _check_report(out, res["figures"])
 
 
@@ -120,5 +120,5 @@ def test_audit_report_of_a_text_model_renders_every_figure(tmp_path: Path) -> No
     out = tmp_path / "audit"
     cfg = AuditConfig(model=str(model), pairs=str(tmp_path / "pairs.tsv"), progress=False, max_seq_length=16)
     res = audit(cfg, out)
-    assert len(res["figures"]) == 3
+    assert len(res["figures"]) == 5  # temperature, risk, tails, norms, norm claims
     _check_report(out, res["figures"])
