@@ -55,6 +55,17 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _finish(fig: Any, ax: Any, panel: str, path: Path, title: str) -> Path:
+    """A one-panel figure's titles, grid and legend; written to ``path``."""
+    ax.set_title(panel, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    figures.save_png(fig, path, dpi=100)
+    return path
+
+
 def plot_temperature(
     curves: Mapping[str, Sequence[tuple[float, float]]], tau_star: Mapping[str, float], path: Path, *, title: str
 ) -> Path:
@@ -78,13 +89,7 @@ def plot_temperature(
     if math.isfinite(lowest) and right > lowest:  # the steep small-τ side runs off the top: keep the minimum readable
         ax.set_ylim(lowest - 0.08 * (right - lowest), right + 0.35 * (right - lowest))
     ax.set(xscale="log", xlabel="temperature τ", ylabel="−log P(document | query) (nats)")
-    ax.set_title("softmax search: held-out cross-entropy against τ", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    figures.save_png(fig, path, dpi=100)
-    return path
+    return _finish(fig, ax, "softmax search: held-out cross-entropy against τ", path, title)
 
 
 def plot_risk(risk: dict[str, Any], path: Path, *, title: str) -> Path:
@@ -106,13 +111,7 @@ def plot_risk(risk: dict[str, Any], path: Path, *, title: str) -> Path:
     slope = risk["slope"]
     fitted = "n/a" if slope["slope"] is None else f"{slope['slope']:.2f} ± {slope['slope_se']:.2f}"
     ax.set(xscale="log", yscale="log", xlabel="negatives k", ylabel="|risk gap| (nats)")
-    ax.set_title(f"InfoNCE risk at τ = {risk['temperature']:g}: fitted slope {fitted}", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    figures.save_png(fig, path, dpi=100)
-    return path
+    return _finish(fig, ax, f"InfoNCE risk at τ = {risk['temperature']:g}: fitted slope {fitted}", path, title)
 
 
 def plot_norms(norms: np.ndarray, frequency: np.ndarray | None, correct: np.ndarray, path: Path, *, title: str) -> Path:

@@ -153,16 +153,28 @@ def _norm_verdict(metrics: Mapping[str, Any]) -> str:
     )
 
 
-def _diagnostics(
-    results: Mapping[str, Any], first: list[dict[str, Any]], prefixes: Mapping[str, str]
-) -> list[dict[str, Any]]:
-    """``first`` (the softmax search), then the risk, tails, norm, claims and compression sections."""
+def _layout(
+    results: Mapping[str, Any],
+    lede: str,
+    headline: dict[str, Any],
+    scores: Mapping[str, Sequence[float]],
+    tau_text: str,
+    risk_title: str,
+) -> dict[str, Any]:
+    """The layout: ``lede``, ``headline``, the grid of ``scores``, then each diagnostic's section.
+
+    The sections: the softmax search (its τ* as ``tau_text``), the risk (its table's title starting with
+    ``risk_title``), tails, norm, the norm paper's claims and compression, those measured.
+    """
     from contrastlab.audit.output import compression_sentence
 
+    metrics = results["metrics"]
     figures = {str(f["file"]) for f in results.get("figures") or []}
-    risk, tails = _table(results, prefixes["risk"]), _table(results, prefixes["tails"])
+    risk, tails = _table(results, risk_title), _table(results, "Hard-negative")
     sections = [
-        *first,
+        {"title": "The softmax search's temperature",
+         "verdict": _softmax_verdict(tau_text, float(metrics["cross_entropy_at_tau_star"]), float(metrics["num_documents"])),
+         "table": _table(results, "Softmax search"), "figure": "temperature.png"},
         {"title": "InfoNCE risk against the number of negatives", "verdict": _risk_verdict(results["risk_curve"]),
          "table": risk, "figure": "risk.png"},
         {"title": "The hard negatives' tail", "verdict": _tails_verdict(results, tails), "table": tails,
@@ -192,7 +204,8 @@ def _diagnostics(
     for s in sections:
         if s["figure"] not in figures:
             s["figure"] = None
-    return sections
+    grid = score_grid(scores, "Every retrieval score: a row per family, a column per cut-off")
+    return {"lede": lede, "headline": headline, "grid": grid, "sections": sections}
 
 
 def _comparability(results: Mapping[str, Any], entry: PublishedScores | None) -> str:
@@ -255,25 +268,10 @@ def task_layout(results: Mapping[str, Any], headline: Sequence[str]) -> dict[str
         if softmax["fit_on"] == "other fold"
         else f"τ* = {taus[0]:.4f} (fitted on all queries: too few for two folds)"
     )
-    first = [
-        {
-            "title": "The softmax search's temperature",
-            "verdict": _softmax_verdict(tau_text, float(metrics["cross_entropy_at_tau_star"]), n_d),
-            "table": _table(results, "Softmax search"),
-            "figure": "temperature.png",
-        }
-    ]
-    return {
-        "lede": lede,
-        "headline": {
-            "title": f"Headline scores over {n_q:,} queries",
-            "columns": columns,
-            "rows": rows,
-            **({"note": note} if (note := _comparability(results, entry)) else {}),
-        },
-        "grid": score_grid(intervals, "Every retrieval score: a row per family, a column per cut-off"),
-        "sections": _diagnostics(results, first, {"risk": "Multi-positive InfoNCE risk", "tails": "Hard-negative"}),
-    }
+    headline_table = {"title": f"Headline scores over {n_q:,} queries", "columns": columns, "rows": rows}
+    if note := _comparability(results, entry):
+        headline_table["note"] = note
+    return _layout(results, lede, headline_table, intervals, tau_text, "Multi-positive InfoNCE risk")
 
 
 def pairs_layout(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -297,23 +295,9 @@ def pairs_layout(results: Mapping[str, Any]) -> dict[str, Any]:
         f"**{_model(results)}** on {n_q:,} held-out queries against {n_d:,} documents ({kind}); intervals are "
         "95% t-intervals over queries."
     )
-    first = [
-        {
-            "title": "The softmax search's temperature",
-            "verdict": _softmax_verdict(
-                f"τ* = {float(metrics['tau_star']):.4f}", float(metrics["cross_entropy_at_tau_star"]), n_d
-            ),
-            "table": _table(results, "Softmax search"),
-            "figure": "temperature.png",
-        }
-    ]
-    return {
-        "lede": lede,
-        "headline": {
-            "title": f"Headline scores over {n_q:,} queries",
-            "columns": ["score", "this audit (95% interval)"],
-            "rows": [[score_label(m), _cell(retrieval[m])] for m in headline],
-        },
-        "grid": score_grid(retrieval, "Every retrieval score: a row per family, a column per cut-off"),
-        "sections": _diagnostics(results, first, {"risk": "InfoNCE risk", "tails": "Hard-negative"}),
+    headline_table = {
+        "title": f"Headline scores over {n_q:,} queries",
+        "columns": ["score", "this audit (95% interval)"],
+        "rows": [[score_label(m), _cell(retrieval[m])] for m in headline],
     }
+    return _layout(results, lede, headline_table, retrieval, f"τ* = {float(metrics['tau_star']):.4f}", "InfoNCE risk")

@@ -381,8 +381,10 @@ def _add_table(sec: _Section, table: dict[str, Any], *, title: bool = True, css:
 def _laid_out(
     run: RunData, sec: _Section, figs: list[_Figure], out_dir: Path, figure_no: list[int], layout: dict[str, Any]
 ) -> None:
-    """A run with a ``layout``: the headline beside the lede, the grid, then each section's verdict over its table
-    and figure."""
+    """A run with a ``layout``: the headline beside the lede, the grid, then each section's verdict.
+
+    Each section shows its table's title in small print, then its table and figure side by side.
+    """
     tables = list(run.results.get("tables") or [])
     head = layout.get("headline") or {}
     if head.get("title"):
@@ -411,6 +413,10 @@ def _laid_out(
             sec.paragraph(str(part["verdict"]), "verdict")
         index = part.get("table")
         fig = by_file.pop(str(part.get("figure")), None)
+        if isinstance(index, int) and 0 <= index < len(tables) and tables[index].get("title"):
+            title = str(tables[index]["title"])  # the table's own title, in small print: what its rows hold
+            sec.md.append(f"**{title}**\n")
+            sec.html.append(f'<p class="note">{_inline_md(title)}</p>')
 
         def build(index: Any = index, fig: _Figure | None = fig) -> None:
             if isinstance(index, int) and 0 <= index < len(tables):

@@ -1,8 +1,8 @@
 """The first screen of an audit's report.html, as headless Chromium lays it out at 1280 × 800: the headline scores.
 
-Chromium (Debian's ``chromium`` package; the test skips without it) opens the report of a small task audit
-(a tiny random BERT on a synthetic BEIR task) with the network cut off. A script run after the page's ``load``
-event writes into attributes of ``<body>``, which ``--dump-dom`` prints: the viewport's height, the bottom edge
+Chromium (:mod:`tests._browser`; the test skips without it) opens the report of a small task audit (a tiny
+random BERT on a synthetic BEIR task) with the network cut off. A script run after the page's ``load`` event
+writes into attributes of ``<body>``: the viewport's height, the bottom edge
 (page coordinates) of the table under the "Headline scores" heading and the top edge of the grid under "Every
 retrieval score", the headline's rows, and whether the headline table is the page's first table. A control page — the same report with the old
 order, a metrics dump of every number before the headline — shows that the probe can fail.
@@ -10,22 +10,18 @@ order, a metrics dump of every number before the headline — shows that the pro
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from contrastlab.audit import AuditConfig
 from contrastlab.audit.run import audit
+from tests._browser import browser, probe
 
 PROBE = (
-    "<script>window.addEventListener('load', () => {"
-    " const b = document.body;"
-    " const under = text => {"
-    "  const h = [...document.querySelectorAll('h3')].find(h => h.textContent.startsWith(text));"
-    "  return h && h.nextElementSibling ? h.nextElementSibling.querySelector('table') : null; };"
+    "const under = text => {"
+    " const h = [...document.querySelectorAll('h3')].find(h => h.textContent.startsWith(text));"
+    " return h && h.nextElementSibling ? h.nextElementSibling.querySelector('table') : null; };"
     " const table = under('Headline scores'), grid = under('Every retrieval score');"
     " const edge = (t, side) => t ? Math.ceil(t.getBoundingClientRect()[side] + window.scrollY) : -1;"
     " b.setAttribute('data-view', window.innerHeight);"
@@ -33,32 +29,12 @@ PROBE = (
     " b.setAttribute('data-headline-rows', table ? table.tBodies[0].rows.length : 0);"
     " b.setAttribute('data-grid-top', edge(grid, 'top'));"
     " b.setAttribute('data-first-table', table !== null && document.querySelector('table') === table);"
-    "});</script></body>"
 )
-OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9"]
 
 
-def _browser() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
-    return browser
-
-
-def first_screen(page: Path, width: int = 1280, height: int = 800) -> dict[str, str]:
-    """The probe's attributes of ``page`` in headless Chromium, ``width`` × ``height`` px."""
-    probed = page.with_name(f"probed-{page.name}")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE, 1), encoding="utf-8")
-    argv = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", *OFFLINE, f"--window-size={width},{height}"]
-    dom = subprocess.run(
-        [*argv, "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
-    probed.unlink()
-    found = dict(re.findall(r'data-([a-z-]+)="([^"]*)"', dom.split("<body", 1)[1].split(">", 1)[0]))
+def first_screen(page: Path) -> dict[str, str]:
+    """The probe's attributes of ``page`` in headless Chromium, 1280 × 800 px."""
+    found = probe(page, PROBE, width=1280, height=800)
     assert "view" in found, "the load event did not run"
     return found
 
@@ -66,7 +42,7 @@ def first_screen(page: Path, width: int = 1280, height: int = 800) -> dict[str, 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("sentence_transformers")
-    _browser()
+    browser()
     from tests.audit.test_task_audit import write_task
     from tests.models.text_models import write_tiny_bert
 
