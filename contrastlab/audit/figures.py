@@ -56,7 +56,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def _finish(fig: Any, ax: Any, panel: str, path: Path, title: str) -> Path:
-    """A one-panel figure's titles, grid and legend; written to ``path``."""
+    """The last panel's title, grid and legend, the figure's title; written to ``path``."""
     ax.set_title(panel, fontsize=10)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
@@ -151,12 +151,7 @@ def plot_norms(norms: np.ndarray, frequency: np.ndarray | None, correct: np.ndar
                 label=f"{label} ({int((correct == value).sum())})",
             )
     ax.set(xlabel="pre-normalisation norm of the query", ylabel="density")
-    ax.set_title("norm as a retrieval confidence", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    figures.save_png(fig, path, dpi=100)
-    return path
+    return _finish(fig, ax, "norm as a retrieval confidence", path, title)
 
 
 def plot_norm_claims(
