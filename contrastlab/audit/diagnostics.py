@@ -148,7 +148,7 @@ def held_out_cross_entropy(
 
 
 #: Points of the log-spaced τ grid on which :func:`fit_temperature` also evaluates the cross-entropy, for its figure.
-TEMPERATURE_GRID = 41
+TEMPERATURE_GRID = 25
 
 
 def fit_temperature(
