@@ -137,6 +137,20 @@ def test_fitted_temperature_is_a_local_minimum() -> None:
     assert ce(tau) <= ce(tau * math.exp(0.01)) and ce(tau) <= ce(tau * math.exp(-0.01))
 
 
+def test_the_temperature_grid_covers_the_range_and_does_not_move_tau_star() -> None:
+    g = torch.Generator().manual_seed(4)
+    q = torch.nn.functional.normalize(torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    d = torch.nn.functional.normalize(q + 0.7 * torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    rel = np.arange(40)
+    tau_alone, search = diag.fit_temperature(q, d, rel, tau_min=0.01, tau_max=5.0, grid=0)
+    tau, curve = diag.fit_temperature(q, d, rel, tau_min=0.01, tau_max=5.0)
+    assert tau == tau_alone  # the grid is evaluated after the search, which it cannot steer
+    taus = np.array([t for t, _ in curve])
+    assert set(search) <= set(curve) and np.all(np.diff(taus) > 0)
+    for t in np.geomspace(0.01, 5.0, diag.TEMPERATURE_GRID):
+        assert np.isclose(taus, t, rtol=1e-12, atol=0).any()
+
+
 def test_normalised_embeddings_carry_no_norm_signal(tmp_path: Path) -> None:
     emb, pairs = _synthetic(tmp_path)
     arr = np.load(emb)
