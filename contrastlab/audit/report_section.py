@@ -110,7 +110,7 @@ def _number(value: Any) -> float:
 def _softmax_verdict(taus: str, ce: float, num_documents: float) -> str:
     return (
         f"The softmax search is sharpest at {taus}: held-out cross-entropy {ce:.3f} nats per query, against "
-        f"log M = {math.log(num_documents):.2f} for a search that tells the documents apart not at all."
+        f"log M = {math.log(num_documents):.2f} for a uniform search over the documents."
     )
 
 
@@ -153,6 +153,28 @@ def _norm_verdict(metrics: Mapping[str, Any]) -> str:
     )
 
 
+_FIGURES = {
+    "Softmax search": "temperature.png",
+    "InfoNCE risk": "risk.png",  # on pairs
+    "Multi-positive InfoNCE risk": "risk.png",  # on a task
+    "Hard-negative": "tails.png",
+    "Pre-normalisation norm": "norms.png",
+    "The norm paper's claims": "norm_claims.png",
+    "Compression": "compression.png",
+}
+"""The figure of each diagnostic, by the start of its table's title."""
+
+
+def _section(title: str, verdict: str, table: str, results: Mapping[str, Any]) -> dict[str, Any]:
+    """A section: its title, verdict, the position of the table whose title starts with ``table``, its figure."""
+    return {
+        "title": title,
+        "verdict": verdict,
+        "table": _table(results, table),
+        "figure": _FIGURES[table],
+    }
+
+
 def _layout(
     results: Mapping[str, Any],
     lede: str,
@@ -170,37 +192,21 @@ def _layout(
 
     metrics = results["metrics"]
     figures = {str(f["file"]) for f in results.get("figures") or []}
-    risk, tails = _table(results, risk_title), _table(results, "Hard-negative")
+    tails = _table(results, "Hard-negative")
+    ce, n_d = float(metrics["cross_entropy_at_tau_star"]), float(metrics["num_documents"])
     sections = [
-        {"title": "The softmax search's temperature",
-         "verdict": _softmax_verdict(tau_text, float(metrics["cross_entropy_at_tau_star"]), float(metrics["num_documents"])),
-         "table": _table(results, "Softmax search"), "figure": "temperature.png"},
-        {"title": "InfoNCE risk against the number of negatives", "verdict": _risk_verdict(results["risk_curve"]),
-         "table": risk, "figure": "risk.png"},
-        {"title": "The hard negatives' tail", "verdict": _tails_verdict(results, tails), "table": tails,
-         "figure": "tails.png"},
-        {"title": "The query norm as a confidence", "verdict": _norm_verdict(results["metrics"]),
-         "table": _table(results, "Pre-normalisation norm"), "figure": "norms.png"},
-    ]  # fmt: skip
+        _section("The softmax search's temperature", _softmax_verdict(tau_text, ce, n_d), "Softmax search", results),
+        _section(
+            "InfoNCE risk against the number of negatives", _risk_verdict(results["risk_curve"]), risk_title, results
+        ),
+        _section("The hard negatives' tail", _tails_verdict(results, tails), "Hard-negative", results),
+        _section("The query norm as a confidence", _norm_verdict(metrics), "Pre-normalisation norm", results),
+    ]
     claims = results.get("norm_claims")
     if claims:
-        sections.append(
-            {
-                "title": "The norm paper's claims",
-                "verdict": str(claims["summary"]),
-                "table": _table(results, "The norm paper's claims"),
-                "figure": "norm_claims.png",
-            }
-        )
+        sections.append(_section("The norm paper's claims", str(claims["summary"]), "The norm paper's claims", results))
     if results.get("compression") is not None:
-        sections.append(
-            {
-                "title": "Compression",
-                "verdict": compression_sentence(results["compression"]),
-                "table": _table(results, "Compression"),
-                "figure": "compression.png",
-            }
-        )
+        sections.append(_section("Compression", compression_sentence(results["compression"]), "Compression", results))
     for s in sections:
         if s["figure"] not in figures:
             s["figure"] = None
