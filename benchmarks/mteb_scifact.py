@@ -27,11 +27,11 @@ from pathlib import Path
 
 from _common import ROOT, machine, set_threads
 
-from contrastlab.tasks import published
+from contrastlab.tasks.published import PUBLISHED as PUBLISHED_SCORES
 
 # MTEB's published figures, as the audit's report sets them beside its own
 PUBLISHED = next(
-    dict(e.scores) for e in published.PUBLISHED if "minilm" in e.aliases and (e.task, e.split) == ("SciFact", "train")
+    dict(e.scores) for e in PUBLISHED_SCORES if "minilm" in e.aliases and (e.task, e.split) == ("SciFact", "train")
 )
 TOLERANCE = 5e-4
 
