@@ -77,10 +77,10 @@ def score_grid(scores: Mapping[str, Sequence[float]], title: str) -> dict[str, A
     return {"title": title, "columns": ["score", *(f"@{k}" for k in cuts)], "rows": rows}
 
 
-def _table(results: Mapping[str, Any], prefix: str) -> int | None:
-    """The position in ``tables`` of the first table whose title starts with ``prefix``."""
+def _table(results: Mapping[str, Any], key: str) -> int | None:
+    """The position in ``tables`` of the first table whose title holds ``key``."""
     for i, t in enumerate(results.get("tables") or []):
-        if str(t.get("title", "")).startswith(prefix):
+        if key in str(t.get("title", "")):
             return i
     return None
 
@@ -155,18 +155,17 @@ def _norm_verdict(metrics: Mapping[str, Any]) -> str:
 
 _FIGURES = {
     "Softmax search": "temperature.png",
-    "InfoNCE risk": "risk.png",  # on pairs
-    "Multi-positive InfoNCE risk": "risk.png",  # on a task
+    "InfoNCE risk": "risk.png",
     "Hard-negative": "tails.png",
     "Pre-normalisation norm": "norms.png",
     "The norm paper's claims": "norm_claims.png",
     "Compression": "compression.png",
 }
-"""The figure of each diagnostic, by the start of its table's title."""
+"""The figure of each diagnostic, by what its table's title holds."""
 
 
 def _section(title: str, verdict: str, table: str, results: Mapping[str, Any]) -> dict[str, Any]:
-    """A section: its title, verdict, the position of the table whose title starts with ``table``, its figure."""
+    """A section: its title, verdict, the position of the table whose title holds ``table``, its figure."""
     return {
         "title": title,
         "verdict": verdict,
@@ -181,12 +180,11 @@ def _layout(
     headline: dict[str, Any],
     scores: Mapping[str, Sequence[float]],
     tau_text: str,
-    risk_title: str,
 ) -> dict[str, Any]:
     """The layout: ``lede``, ``headline``, the grid of ``scores``, then each diagnostic's section.
 
-    The sections: the softmax search (its τ* as ``tau_text``), the risk (its table's title starting with
-    ``risk_title``), tails, norm, the norm paper's claims and compression, those measured.
+    The sections: the softmax search (its τ* as ``tau_text``), the InfoNCE risk, tails, norm, the norm paper's
+    claims and compression, those measured.
     """
     from contrastlab.audit.output import compression_sentence
 
@@ -197,7 +195,10 @@ def _layout(
     sections = [
         _section("The softmax search's temperature", _softmax_verdict(tau_text, ce, n_d), "Softmax search", results),
         _section(
-            "InfoNCE risk against the number of negatives", _risk_verdict(results["risk_curve"]), risk_title, results
+            "InfoNCE risk against the number of negatives",
+            _risk_verdict(results["risk_curve"]),
+            "InfoNCE risk",
+            results,
         ),
         _section("The hard negatives' tail", _tails_verdict(results, tails), "Hard-negative", results),
         _section("The query norm as a confidence", _norm_verdict(metrics), "Pre-normalisation norm", results),
@@ -277,7 +278,7 @@ def task_layout(results: Mapping[str, Any], headline: Sequence[str]) -> dict[str
     headline_table = {"title": f"Headline scores over {n_q:,} queries", "columns": columns, "rows": rows}
     if note := _comparability(results, entry):
         headline_table["note"] = note
-    return _layout(results, lede, headline_table, intervals, tau_text, "Multi-positive InfoNCE risk")
+    return _layout(results, lede, headline_table, intervals, tau_text)
 
 
 def pairs_layout(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,4 +307,4 @@ def pairs_layout(results: Mapping[str, Any]) -> dict[str, Any]:
         "columns": ["score", "this audit (95% interval)"],
         "rows": [[score_label(m), _cell(retrieval[m])] for m in headline],
     }
-    return _layout(results, lede, headline_table, retrieval, f"τ* = {float(metrics['tau_star']):.4f}", "InfoNCE risk")
+    return _layout(results, lede, headline_table, retrieval, f"τ* = {float(metrics['tau_star']):.4f}")

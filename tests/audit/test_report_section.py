@@ -80,7 +80,7 @@ def test_task_layout_opens_on_the_headline_and_gives_each_diagnostic_its_table_a
         assert isinstance(section["table"], int) and section["verdict"].endswith(".")
     assert {s["figure"] for s in layout["sections"]} >= {"temperature.png", "risk.png", "norms.png"}
     tables = [res["tables"][s["table"]]["title"] for s in layout["sections"]]
-    assert tables[0].startswith("Softmax search") and tables[1].startswith("Multi-positive InfoNCE risk")
+    assert tables[0].startswith("Softmax search") and "InfoNCE risk" in tables[1]
     assert "metrics" in res and "Metrics" not in (out / "report.md").read_text()
 
 
