@@ -1,6 +1,6 @@
 """text-finetune: fine-tune the bundled all-MiniLM-L6-v2 on the docstring corpus with InfoNCE and WEINCE, then audit.
 
-The training pairs are the code corpus's train split (docstring → signature, :mod:`contrastlab.data.code_corpus`);
+The training pairs are the code corpus's train split (docstring → signature, :mod:`contrastlab.data.text.code_corpus`);
 each loss is run through sentence-transformers' own trainer (:class:`contrastlab.adapters.sentence_transformers.ContrastlabLoss`)
 for every seed, the fine-tuned model is saved, and ``contrastlab audit`` measures it — and the pretrained
 model — on the held-out test queries against the corpus's signatures. The table gives held-out R@1 and

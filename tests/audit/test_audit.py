@@ -161,9 +161,10 @@ def test_normalised_embeddings_carry_no_norm_signal(tmp_path: Path) -> None:
 
 
 def test_a_contrastlab_run_folder_is_audited_on_its_held_out_pairs(tmp_path: Path) -> None:
+    from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, JobConfig
+    from contrastlab.train.job.runner import run_job
+
     from contrastlab.train import TrainConfig
-    from contrastlab.train.job import run_job
-    from contrastlab.train.job_config import DataConfig, EncoderConfig, EvalConfig, JobConfig
 
     job = JobConfig(
         data=DataConfig(latent_dim=3, batch_size=32, mixing="linear"),
