@@ -27,7 +27,12 @@ from pathlib import Path
 
 from _common import ROOT, machine, set_threads
 
-PUBLISHED = {"ndcg_at_10": 0.66020, "map_at_100": 0.62027, "recall_at_100": 0.93243}
+from contrastlab.tasks.published import PUBLISHED as PUBLISHED_SCORES
+
+# MTEB's published figures, as the audit's report sets them beside its own
+PUBLISHED = next(
+    dict(e.scores) for e in PUBLISHED_SCORES if "minilm" in e.aliases and (e.task, e.split) == ("SciFact", "train")
+)
 TOLERANCE = 5e-4
 
 

@@ -43,6 +43,7 @@ import torch
 from scipy import optimize
 from torch import Tensor
 
+from contrastlab._checks import check_int
 from contrastlab.eval.calibration import auroc
 from contrastlab.eval.norms import norm_correlations
 from contrastlab.eval.probe import MeanCI, mean_ci
@@ -155,6 +156,10 @@ def held_out_cross_entropy(
     return -log_prob(queries, documents, torch.as_tensor(rel), temperature=temperature)
 
 
+#: Points of the log-spaced τ grid on which :func:`fit_temperature` also evaluates the cross-entropy, for its figure.
+TEMPERATURE_GRID = 25
+
+
 def fit_temperature(
     queries: Tensor,
     documents: Tensor | ShardedSearch,
@@ -163,6 +168,7 @@ def fit_temperature(
     tau_min: float,
     tau_max: float,
     weights: np.ndarray | None = None,
+    grid: int = TEMPERATURE_GRID,
 ) -> tuple[float, list[tuple[float, float]]]:
     """The τ in ``[tau_min, tau_max]`` minimising the mean held-out cross-entropy (bounded Brent on log τ).
 
@@ -170,9 +176,14 @@ def fit_temperature(
     so that each query of a task with several relevant documents counts once. A weighted sum of convex
     functions of β = 1/τ is convex, so the search still finds the minimum.
 
+    After the search, the same mean is evaluated at ``grid`` log-spaced τ from ``tau_min`` to ``tau_max``, so
+    the returned curve covers the whole range evenly (a figure of the search's points alone is a few points
+    far apart and a cluster at τ*); the grid does not move τ*.
+
     Returns:
-        ``(τ*, [(τ, mean cross-entropy), …])`` — every evaluated point, sorted by τ.
+        ``(τ*, [(τ, mean cross-entropy), …])`` — the search's points and the grid's, sorted by τ.
     """
+    check_int("grid", grid, 0)
     seen: dict[float, float] = {}
     w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float64))
 
@@ -186,6 +197,8 @@ def fit_temperature(
     res = optimize.minimize_scalar(
         objective, bounds=(math.log(tau_min), math.log(tau_max)), method="bounded", options={"xatol": 1e-3}
     )
+    for log_tau in np.linspace(math.log(tau_min), math.log(tau_max), grid) if grid > 1 else ():
+        objective(float(log_tau))
     return float(math.exp(res.x)), sorted(seen.items())
 
 

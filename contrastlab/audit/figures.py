@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
 
+from contrastlab import figures
 from contrastlab.io import atomic_path
 
-__all__ = ["plot_search", "plot_norms", "plot_norm_claims", "plot_forest", "model_title"]
+__all__ = ["plot_temperature", "plot_risk", "plot_norms", "plot_norm_claims", "plot_forest", "model_title"]
 
 # an absolute POSIX path: "/" then parts without spaces, parentheses or commas (how descriptions delimit paths)
 _ABSOLUTE_PATH = re.compile(r"(?<![\w.~])/[^\s(),]+")
@@ -52,66 +55,103 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
-def plot_search(
-    curve: list[tuple[float, float]], tau_star: float, risk: dict[str, Any], path: Path, *, title: str
+def _finish(fig: Any, ax: Any, panel: str, path: Path, title: str) -> Path:
+    """The last panel's title, grid and legend, the figure's title; written to ``path``."""
+    ax.set_title(panel, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    figures.save_png(fig, path, dpi=100)
+    return path
+
+
+def plot_temperature(
+    curves: Mapping[str, Sequence[tuple[float, float]]], tau_star: Mapping[str, float], path: Path, *, title: str
 ) -> Path:
-    """Left: held-out cross-entropy against τ with τ* marked. Right: |R(φ; k) − R(φ; ∞)| against k, log-log."""
-    import matplotlib
+    """Held-out cross-entropy against τ (log scale), one line per fit, each with its τ* marked.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    Args:
+        curves: label → the fit's ``(τ, mean cross-entropy)`` points, sorted by τ
+            (:func:`~contrastlab.audit.diagnostics.fit_temperature`'s, which cover its τ range on a grid).
+        tau_star: label → that fit's τ*.
+        path: the PNG written.
+        title: the figure's title.
+    """
+    fig, ax = figures.subplots(figsize=(6.4, 4.2))
+    lowest, right = math.inf, -math.inf
+    for i, (label, points) in enumerate(curves.items()):
+        taus, ces = (np.asarray(v, dtype=np.float64) for v in zip(*points, strict=True))
+        star = tau_star[label]
+        ax.plot(taus, ces, "-", color=f"C{i}", lw=1.5, label=f"{label}: τ* = {star:.4f}")
+        ax.axvline(star, color=f"C{i}", ls=":", lw=1)
+        lowest, right = min(lowest, float(ces.min())), max(right, float(ces[-1]))
+    if math.isfinite(lowest) and right > lowest:  # the steep small-τ side runs off the top: keep the minimum readable
+        ax.set_ylim(lowest - 0.08 * (right - lowest), right + 0.35 * (right - lowest))
+    ax.set(xscale="log", xlabel="temperature τ", ylabel="−log P(document | query) (nats)")
+    return _finish(fig, ax, "softmax search: held-out cross-entropy against τ", path, title)
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
-    taus, ces = zip(*curve, strict=True)
-    ax0.plot(taus, ces, "o-", ms=3)
-    ax0.axvline(tau_star, color="C3", ls=":", label=f"tau* = {tau_star:.4f}")
-    ax0.set(xscale="log", xlabel="temperature tau", ylabel="-log P(document | query), valid queries")
-    ax0.set_title("softmax search: held-out pair cross-entropy")
-    ax0.legend(fontsize=8)
+
+def plot_risk(risk: dict[str, Any], path: Path, *, title: str) -> Path:
+    """|R(φ; k) − R(φ; ∞)| against the number of negatives k, log-log, with a slope −1 reference.
+
+    Args:
+        risk: :func:`~contrastlab.audit.diagnostics.risk_curve`'s result.
+        path: the PNG written.
+        title: the figure's title.
+    """
+    fig, ax = figures.subplots(figsize=(6.4, 4.2))
     ks = np.asarray(risk["ks"], dtype=np.float64)
     gap = np.abs(np.asarray(risk["gap"]["mean"]))  # R(k) < R(inf) by Jensen's inequality: plot |gap|
     se = np.asarray(risk["gap"]["se"])
     pos = gap > 0
-    ax1.errorbar(ks[pos], gap[pos], yerr=2 * se[pos], fmt="o-", ms=3, label="|R(k) - R(inf)|, ± 2 s.e.")
-    slope = risk["slope"]
+    ax.errorbar(ks[pos], gap[pos], yerr=2 * se[pos], fmt="o-", ms=3, label="|R(k) − R(∞)|, ± 2 s.e.")
     if pos.any():
-        ref = gap[pos][0] * ks[pos][0] / ks
-        ax1.plot(ks, ref, "k--", lw=0.8, label="slope -1 (O(1/k))")
+        ax.plot(ks, gap[pos][0] * ks[pos][0] / ks, "k--", lw=0.8, label="slope −1 (O(1/k))")
+    slope = risk["slope"]
     fitted = "n/a" if slope["slope"] is None else f"{slope['slope']:.2f} ± {slope['slope_se']:.2f}"
-    ax1.set(xscale="log", yscale="log", xlabel="negatives k", ylabel="|risk gap| (nats)")
-    ax1.set_title(f"InfoNCE risk vs k at tau = {risk['temperature']:g}: fitted slope {fitted}")
-    ax1.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+    ax.set(xscale="log", yscale="log", xlabel="negatives k", ylabel="|risk gap| (nats)")
+    return _finish(fig, ax, f"InfoNCE risk at τ = {risk['temperature']:g}: fitted slope {fitted}", path, title)
 
 
 def plot_norms(norms: np.ndarray, frequency: np.ndarray | None, correct: np.ndarray, path: Path, *, title: str) -> Path:
-    """Left: norm against mean word frequency (if texts). Right: norm histograms of right and wrong top-1."""
-    import matplotlib
+    """The queries' pre-normalisation norms: one panel per view that has data.
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    The norm against the mean word frequency of the query (only with ``frequency``), and the norm's
+    histograms for a right and a wrong top-1 (each drawn when some query has it).
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2))
-    if frequency is not None:
+    Args:
+        norms: ``(Q,)`` the queries' norms.
+        frequency: ``(Q,)`` the mean Zipf frequency of each query's words, or ``None`` (no texts).
+        correct: ``(Q,)`` 1 where the top-1 is right.
+        path: the PNG written.
+        title: the figure's title.
+    """
+    with_frequency = frequency is not None and bool(np.isfinite(frequency).any())
+    fig, axes = figures.subplots(
+        1, 2 if with_frequency else 1, figsize=(12 if with_frequency else 6.4, 4.2), squeeze=False
+    )
+    panels = list(axes.flat)
+    if with_frequency:
+        assert frequency is not None
         keep = np.isfinite(frequency)
-        ax0.scatter(frequency[keep], norms[keep], s=4, alpha=0.5)
-        ax0.set(xlabel="mean Zipf frequency of the query's words (wordfreq)", ylabel="pre-normalisation norm")
-        ax0.set_title("norm vs word frequency")
-    else:
-        ax0.text(0.5, 0.5, "no texts: frequency not available", ha="center", va="center")
-        ax0.set_axis_off()
+        ax = panels.pop(0)
+        ax.scatter(frequency[keep], norms[keep], s=4, alpha=0.5)
+        ax.set(xlabel="mean Zipf frequency of the query's words (wordfreq)", ylabel="pre-normalisation norm")
+        ax.set_title("norm vs word frequency", fontsize=10)
+    ax = panels[0]
     bins = np.linspace(float(norms.min()), float(norms.max()) + 1e-9, 40)
     for value, label in ((1, "top-1 right"), (0, "top-1 wrong")):
         if (correct == value).any():  # a density of no values is undefined
-            ax1.hist(norms[correct == value], bins=bins, alpha=0.6, density=True, label=label)
-    ax1.set(xlabel="pre-normalisation norm of the query", ylabel="density")
-    ax1.set_title("norm as a retrieval confidence")
-    ax1.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+            ax.hist(
+                norms[correct == value],
+                bins=bins,
+                alpha=0.6,
+                density=True,
+                label=f"{label} ({int((correct == value).sum())})",
+            )
+    ax.set(xlabel="pre-normalisation norm of the query", ylabel="density")
+    return _finish(fig, ax, "norm as a retrieval confidence", path, title)
 
 
 def plot_norm_claims(

@@ -302,6 +302,7 @@ def section(found: NormClaims) -> dict[str, Any]:
         "predicted": dict(PREDICTED),
         "rule": "shown: the 95% interval excludes the null on the predicted side; opposite: on the other side; "
         "not shown: it contains the null",
+        "summary": summary,
         "claims": {name: asdict(found.claims[name]) for name in CLAIMS},
         "queries_frequency": asdict(found.queries_frequency) if found.queries_frequency is not None else None,
         "words": found.words,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -70,6 +70,7 @@ def write_run_folder(
     t0: float,
     t_report: float,
     extra: dict[str, Any] | None = None,
+    layout: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Write an audit's folder atomically: figures, ``results.json``, the report, and ``extra`` JSON files.
 
@@ -83,6 +84,8 @@ def write_run_folder(
         t0: ``time.perf_counter()`` at the audit's start.
         t_report: ``time.perf_counter()`` at the report stage's start.
         extra: file name → JSON object written beside ``results.json``.
+        layout: ``layout(results) -> layout``, called once the figures are drawn: the report's order
+            (:mod:`contrastlab.audit.report_section`), stored as ``results["layout"]``.
 
     Returns:
         ``results`` as JSON values, with ``out_dir``.
@@ -94,6 +97,8 @@ def write_run_folder(
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         results["figures"] = draw(stage)
+        if layout is not None:
+            results["layout"] = layout(results)
         results["timing"]["stages"]["report_s"] = time.perf_counter() - t_report  # up to the files' writing
         results["runtime_s"] = time.perf_counter() - t0
         for name, obj in (extra or {}).items():

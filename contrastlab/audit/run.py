@@ -46,11 +46,12 @@ from contrastlab._checks import check_choice, check_int
 from contrastlab.audit import diagnostics as diag
 from contrastlab.audit.compress import CompressionResult, compression_audit, plot_compression, pq_min_documents
 from contrastlab.audit.config import AuditConfig
-from contrastlab.audit.figures import model_title, plot_norms, plot_search
+from contrastlab.audit.figures import model_title, plot_norms, plot_risk, plot_temperature
 from contrastlab.audit.inputs import AuditPairs, encode_texts, load_model, load_pairs
 from contrastlab.audit.norm_audit import NormClaims, WordSet, load_words
 from contrastlab.audit.output import compression_sentence, open_corpus, plot_claims, risk_table, write_run_folder
 from contrastlab.audit.recorded_prompts import resolve_prompts
+from contrastlab.audit.report_section import pairs_layout, task_layout
 from contrastlab.audit.task_audit import (
     HEADLINE,
     MEASURES,
@@ -819,7 +820,11 @@ def _report(
     def draw(stage: Path) -> list[dict[str, str]]:
         title = model_title(model, cfg.model)  # the model or run, not its path on disk
         title = title if src is not None else f"{title} on {task.name}"
-        plot_search(sorted(p for c in found.curves[:2] for p in c), _tau(taus), risk, stage / "search.png", title=title)
+        fits = {"other fold": ("fold A", "fold B"), "all queries": ("all queries",)}
+        labels = fits.get(found.fit_on, (f"{found.fit_on} queries",))
+        curves, stars = dict(zip(labels, found.curves, strict=False)), dict(zip(labels, taus, strict=False))
+        plot_temperature(curves, stars, stage / "temperature.png", title=title)
+        plot_risk(risk, stage / "risk.png", title=title)
         from contrastlab.eval.tails import plot_tail_diagnostics
 
         if tails:
@@ -834,7 +839,8 @@ def _report(
         if found.compression is not None:
             plot_compression(found.compression, stage / "compression.png")
         figures = [
-            {"file": "search.png", "caption": "Held-out cross-entropy against τ, and the InfoNCE risk gap against k."},
+            {"file": "temperature.png", "caption": "Held-out cross-entropy against τ, each fit's τ* dotted."},
+            {"file": "risk.png", "caption": "The InfoNCE risk's gap to its k → ∞ limit against k."},
             {"file": "tails.png", "caption": "Extreme-value view of the hardest non-relevant documents."},
             {"file": "norms.png", "caption": "Pre-normalisation query norms: word frequency and a relevant top-1."},
             {
@@ -852,4 +858,13 @@ def _report(
 
     means = {k: float(v.mean()) for k, v in found.per_query.items()}
     mteb = mteb_results(task, means, evaluation_time=time.perf_counter() - t0, model=model, subset=inputs.subset)
-    return write_run_folder(results, out, draw, t0=t0, t_report=t_report, extra={"mteb_results.json": mteb})
+    headline = [mteb_name(m) for m in HEADLINE]
+    return write_run_folder(
+        results,
+        out,
+        draw,
+        t0=t0,
+        t_report=t_report,
+        extra={"mteb_results.json": mteb},
+        layout=pairs_layout if src is not None else (lambda r: task_layout(r, headline)),
+    )

@@ -139,7 +139,10 @@ def load_task_inputs(cfg: AuditConfig, rng: np.random.Generator) -> TaskInputs:
             query_ids=ids,
             query_texts=tuple(task.query_texts[i] for i in q_keep),
             qrels={q: task.qrels[q] for q in ids},
-            provenance={**task.provenance, "subset": {"queries": len(ids), "documents": int(docs.size)}},
+            provenance={
+                **task.provenance,
+                "subset": {"queries": len(ids), "documents": int(docs.size), "of_fingerprint": task.fingerprint()},
+            },
         )
     fold = np.array([_fold(q, cfg.seed) for q in task.query_ids], dtype=np.int64)
     return task_inputs(task, documents=docs, fold=fold, words=words, subset=subset)

@@ -336,10 +336,16 @@ def delta_aic_histogram(ax: Any, delta_aic: np.ndarray, *, clip: float = DELTA_A
     return counts
 
 
+#: The exceedance panel draws the fitted endpoint only within this many times the exceedances' own range; one
+#: further out (ξ̂ just below 0 puts it far beyond any cosine) is named in the legend, and the axis keeps to the data.
+ENDPOINT_REACH = 2.0
+
+
 def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: str | Path, *, title: str = "") -> Path:
     """Plot the tail diagnostics: one row of three panels per report.
 
-    The panels: GPD QQ plot, exceedance histogram with the fitted densities, histogram of per-anchor ΔAIC.
+    The panels: GPD QQ plot, exceedance histogram with the fitted densities on the exceedances' own range
+    (the fitted endpoint drawn when within :data:`ENDPOINT_REACH` times that range), histogram of per-anchor ΔAIC.
 
     Args:
         report: from :func:`tail_diagnostics`, or several by name (one row each, e.g. one per loss).
@@ -367,12 +373,18 @@ def plot_tail_diagnostics(report: TailReport | Mapping[str, TailReport], path: s
         ax.legend(fontsize=8)
 
         ax = row[1]
+        span = float(emp.max()) * 1.05  # the exceedances' own range: the densities are drawn on it alone
         ax.hist(rep.exceedances, bins=40, density=True, alpha=0.6, color="C7")
-        grid = np.linspace(0, float(emp.max()) * 1.05, 200)
+        grid = np.linspace(0, span, 200)
         ax.plot(grid, sps.genpareto.pdf(grid, fit.xi, scale=fit.sigma), label="GPD")
         ax.plot(grid, sps.expon.pdf(grid, scale=fit.sigma_exponential), label="exponential")
-        if math.isfinite(fit.endpoint):
-            ax.axvline(fit.endpoint - fit.threshold, color="C3", ls=":", label=f"endpoint s = {fit.endpoint:.3f}")
+        reach = fit.endpoint - fit.threshold  # inf for ξ̂ ≥ 0
+        if reach <= ENDPOINT_REACH * span:
+            ax.axvline(reach, color="C3", ls=":", label=f"endpoint s = {fit.endpoint:.3f}")
+            span = max(span, 1.05 * reach)
+        elif math.isfinite(reach):  # ξ̂ just below 0: an endpoint far beyond the data, named but not drawn
+            ax.plot([], [], " ", label=f"endpoint s = {fit.endpoint:.3g}, off the axis")
+        ax.set_xlim(0, span)
         ax.set(
             xlabel=f"s - u  (u = {fit.threshold:.4f})",
             title=f"{fit.n_exceed} exceedances; GPD vs exp. dAIC = {fit.delta_aic:.0f}",

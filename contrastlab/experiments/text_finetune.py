@@ -72,7 +72,8 @@ _AUDIT_COLUMNS = (
 
 #: (file, caption) of the audit figures shown for the pretrained model and each loss's first seed.
 _AUDIT_FIGURES = (
-    ("search.png", "held-out pair cross-entropy against τ, and the InfoNCE risk gap against k"),
+    ("temperature.png", "held-out pair cross-entropy against τ"),
+    ("risk.png", "the InfoNCE risk gap against k"),
     ("tails.png", "extreme-value view of the hardest query → document negatives"),
 )
 

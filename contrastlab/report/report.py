@@ -11,6 +11,12 @@ The report opens on a table of contents, and on what a reader most likely came f
 a real model (:func:`audits_a_real_model`: ``contrastlab audit`` of a text model or embeddings, or an
 experiment such as ``text-finetune`` that ran such audits) comes first, before the overview and the
 other runs.
+
+A run whose ``results.json`` has a ``layout`` (an audit's: ``lede``, ``headline``, ``grid``, ``sections``) is
+shown in that order: a sentence on what was measured, the headline table, the grid, then each section as its
+one-sentence verdict over its table and figure side by side; its ``metrics`` stay in ``results.json``, and its
+tables no section shows are folded away at the end. A table cell may be an interval,
+``{"mean": m, "low": l, "high": h}``, printed ``m [l, h]``; a table may carry a ``note``, printed under it.
 """
 
 from __future__ import annotations
@@ -178,7 +184,25 @@ def _plot_overlay(runs: list[RunData], path: Path, *, title: str = "") -> bool:
 # ---------------------------------------------------------------------------------------- rendering
 
 
+def _is_interval(v: Any) -> bool:
+    """Whether a table cell is an interval ``{"mean", "low", "high"}``."""
+    return isinstance(v, dict) and {"mean", "low", "high"} <= v.keys()
+
+
+def _interval_parts(v: dict[str, Any]) -> tuple[str, str]:
+    """An interval cell's mean and ``[low, high]``, the three with one number of decimals (4 significant digits)."""
+    values = [v["mean"], v["low"], v["high"]]
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in values):
+        return _fmt(v["mean"]), f"[{_fmt(v['low'])}, {_fmt(v['high'])}]"
+    largest = max(abs(float(x)) for x in values)
+    decimals = min(8, max(0, 3 - math.floor(math.log10(largest)))) if largest > 0 else 0
+    mean, low, high = (f"{float(x):.{decimals}f}" for x in values)
+    return mean, f"[{low}, {high}]"
+
+
 def _fmt(v: Any) -> str:
+    if _is_interval(v):
+        return " ".join(_interval_parts(v))
     if v is None:
         return "—"
     if isinstance(v, bool):
@@ -207,14 +231,23 @@ def _html_cell(v: Any) -> str:
     """A table cell: numbers right-aligned as they are, text with its inline markdown rendered (as report.md shows it)."""
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return f'<td class="num">{html.escape(_fmt(v))}</td>'
+    if _is_interval(v):
+        mean, interval = _interval_parts(v)
+        return f'<td class="num">{html.escape(mean)} <span class="ci">{html.escape(interval)}</span></td>'
     return f"<td>{_inline_md(_fmt(v))}</td>"
 
 
-def _html_table(columns: list[str], rows: list[list[Any]]) -> str:
-    """A table in a box of the page's width that scrolls sideways itself when the table is wider."""
+def _html_table(columns: list[str], rows: list[list[Any]], css: str = "") -> str:
+    """A table in a box of the page's width that scrolls sideways itself when the table is wider.
+
+    In a table of more than three columns, an interval cell's ``[low, high]`` goes under its mean.
+    """
     head = "".join(f"<th>{_inline_md(str(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(_html_cell(c) for c in row) + "</tr>" for row in rows)
-    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
+    if len(columns) > 3 and any(_is_interval(c) for row in rows for c in row):
+        css = f"{css} stacked".strip()
+    tbody = f'<tbody class="{css}">' if css else "<tbody>"
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead>{tbody}{body}</tbody></table></div>'
 
 
 def _inline_md(text: str) -> str:
@@ -240,17 +273,37 @@ def _md_to_html(text: str) -> str:
 
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1180px;margin:1.2em auto;padding:0 1em;
 color:#222;line-height:1.45;overflow-wrap:break-word}
 div.table{max-width:100%;overflow-x:auto}
-h1{border-bottom:2px solid #444}h2{border-bottom:1px solid #ccc;margin-top:2em}
-table{border-collapse:collapse;margin:0.8em 0;font-size:0.92em}
-th,td{border:1px solid #ccc;padding:0.25em 0.6em}th{background:#f2f2f2}td.num{text-align:right;
+h1{border-bottom:2px solid #444;margin:0.2em 0;font-size:1.7em}h2{border-bottom:1px solid #ccc;margin:1.1em 0 0.4em}
+table{border-collapse:collapse;margin:0.5em 0;font-size:0.92em}
+th,td{border:1px solid #ccc;padding:0.2em 0.6em}th{background:#f2f2f2}td.num{text-align:right;
 font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:0.9em;color:#555}
 code{background:#f4f4f4;padding:0 0.2em}.meta{color:#666;font-size:0.88em}pre{background:#f7f7f7;padding:0.6em;
 overflow-x:auto;font-size:0.85em}
+span.ci{color:#666;font-size:0.88em;white-space:nowrap}p.lede{font-size:1.05em;margin:0.5em 0}
+p.verdict{margin:0.3em 0}h3{margin:1em 0 0.2em;font-size:1.05em}
+div.diagnostic{display:flex;flex-wrap:wrap;gap:1.2em;align-items:flex-start}
+div.diagnostic>div.table{flex:0 1 auto}div.diagnostic>figure{flex:1 1 560px;margin:0.8em 0;min-width:0}
+div.diagnostic>figure.wide{flex-basis:100%}tbody.stacked span.ci{display:block}tbody.headline{font-size:1.08em}
+p.note{color:#555;font-size:0.88em;margin:0 0 0.5em}div.diagnostic>div.aside{flex:1 1 320px}
+nav#contents{font-size:0.9em;color:#555}nav#contents h2{font-size:1em;border:0;margin:0;display:inline}
+nav#contents ol{margin:0.2em 0}
 """
+
+
+#: A figure wider than this many times its height (several panels in a row) takes a row of its own beside a table.
+WIDE_FIGURE = 2.2
+
+
+def _png_aspect(png: bytes) -> float:
+    """Width over height of a PNG, from its header (0 for bytes that are not a PNG)."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n" or len(png) < 24:
+        return 0.0
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    return width / height if height else 0.0
 
 
 @dataclass
@@ -265,20 +318,130 @@ class _Section:
     md: list[str] = field(default_factory=list)
     html: list[str] = field(default_factory=list)
 
-    def table(self, title: str | None, columns: list[str], rows: list[list[Any]]) -> None:
+    def table(self, title: str | None, columns: list[str], rows: list[list[Any]], css: str = "") -> None:
         if title:
             self.md.append(f"**{title}**\n")
             self.html.append(f"<h3>{html.escape(title)}</h3>")
         self.md.append(_md_table(columns, rows) + "\n")
-        self.html.append(_html_table(columns, rows))
+        self.html.append(_html_table(columns, rows, css))
+
+    def paragraph(self, text: str, css: str = "") -> None:
+        self.md.append(text.strip() + "\n")
+        self.html.append(f'<p class="{css}">{_inline_md(text)}</p>' if css else _md_to_html(text))
 
     def figure(self, fig: _Figure, out_dir: Path, number: int) -> None:
         rel = os.path.relpath(fig.path, out_dir)
         self.md.append(f"![{fig.caption}]({rel})\n\n*Figure {number}: {fig.caption}*\n")
-        data = base64.b64encode(fig.path.read_bytes()).decode("ascii")
+        png = fig.path.read_bytes()
+        data = base64.b64encode(png).decode("ascii")
+        wide = ' class="wide"' if _png_aspect(png) > WIDE_FIGURE else ""
         self.html.append(
-            f'<figure><img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">'
+            f'<figure{wide}><img alt="{html.escape(fig.caption)}" src="data:image/png;base64,{data}">'
             f"<figcaption>Figure {number}: {_inline_md(fig.caption)}</figcaption></figure>"
+        )
+
+    def side_by_side(self, build: Any) -> None:
+        """What ``build()`` adds to the page, in one row that wraps on a narrow screen (report.md: one after the other)."""
+        start = len(self.html)
+        build()
+        self.html[start:] = ['<div class="diagnostic">' + "".join(self.html[start:]) + "</div>"]
+
+
+def _run_figures(run: RunData, sec: _Section, out_dir: Path, tag: str) -> list[_Figure]:
+    """The run's own figures (a missing one is noted in ``sec``), then its training curves."""
+    found: list[_Figure] = []
+    for f in run.results.get("figures") or []:
+        path = run.path / str(f.get("file", ""))
+        if path.is_file():
+            found.append(_Figure(path, str(f.get("caption", f.get("file")))))
+        else:
+            sec.md.append(f"*(figure {f.get('file')} is missing from {run.shown})*\n")
+            sec.html.append(f"<p><em>figure {html.escape(str(f.get('file')))} is missing</em></p>")
+    if len(run.curves) > MAX_CURVE_FIGURES:
+        # many sub-runs (seeds, cells of a table): one overlay of their losses, not one figure each
+        png = out_dir / f"curves_{tag}_overlay.png"
+        if _plot_overlay([run], png, title=f"{run.name}: training loss of {len(run.curves)} sub-runs"):
+            found.append(_Figure(png, f"Training loss of each of the {len(run.curves)} trainings of {run.name}."))
+    else:
+        for label, rows in run.curves.items():
+            png = out_dir / f"curves_{tag}_{_slug(label)}.png"
+            _plot_curves(rows, f"{run.name}: {label} ({len(rows)} logged steps)", png)
+            found.append(_Figure(png, f"Training curves of {run.name} ({label}/metrics.jsonl) against the step."))
+    return found
+
+
+def _add_table(sec: _Section, table: dict[str, Any], *, title: bool = True, css: str = "") -> None:
+    """A ``results.json`` table, with its title as a heading and its ``note`` (if any) in small print under it."""
+    columns = [str(c) for c in table.get("columns", [])]
+    sec.table(str(table.get("title", "")) if title else None, columns, list(table.get("rows", [])), css)
+    if table.get("note"):
+        sec.paragraph(str(table["note"]), "note")
+
+
+def _laid_out(
+    run: RunData, sec: _Section, figs: list[_Figure], out_dir: Path, figure_no: list[int], layout: dict[str, Any]
+) -> None:
+    """A run with a ``layout``: the headline beside the lede, the grid, then each section's verdict.
+
+    Each section shows its table's title in small print, then its table and figure side by side.
+    """
+    tables = list(run.results.get("tables") or [])
+    head = layout.get("headline") or {}
+    if head.get("title"):
+        sec.md.append(f"### {head['title']}\n")
+        sec.html.append(f"<h3>{html.escape(str(head['title']))}</h3>")
+
+    def opening() -> None:
+        if head:
+            _add_table(sec, {**head, "note": None}, title=False, css="headline")
+        start = len(sec.html)
+        if layout.get("lede"):
+            sec.paragraph(str(layout["lede"]), "lede")
+        if head.get("note"):
+            sec.paragraph(str(head["note"]), "note")
+        sec.html[start:] = ['<div class="aside">' + "".join(sec.html[start:]) + "</div>"]
+
+    sec.side_by_side(opening)
+    if layout.get("grid"):
+        _add_table(sec, layout["grid"], css="grid")
+    by_file = {f.path.name: f for f in figs}
+    shown_tables: set[int] = set()
+    for part in layout.get("sections") or []:
+        sec.md.append(f"### {part.get('title', '')}\n")
+        sec.html.append(f"<h3>{html.escape(str(part.get('title', '')))}</h3>")
+        if part.get("verdict"):
+            sec.paragraph(str(part["verdict"]), "verdict")
+        index = part.get("table")
+        fig = by_file.pop(str(part.get("figure")), None)
+        if isinstance(index, int) and 0 <= index < len(tables) and tables[index].get("title"):
+            title = str(tables[index]["title"])  # the table's own title, in small print: what its rows hold
+            sec.md.append(f"**{title}**\n")
+            sec.html.append(f'<p class="note">{_inline_md(title)}</p>')
+
+        def build(index: Any = index, fig: _Figure | None = fig) -> None:
+            if isinstance(index, int) and 0 <= index < len(tables):
+                shown_tables.add(index)
+                _add_table(sec, tables[index], title=False)
+            if fig is not None:
+                figure_no[0] += 1
+                sec.figure(fig, out_dir, figure_no[0])
+
+        sec.side_by_side(build)
+    for fig in by_file.values():  # figures no section shows
+        figure_no[0] += 1
+        sec.figure(fig, out_dir, figure_no[0])
+    rest = [t for i, t in enumerate(tables) if i not in shown_tables]
+    if rest:
+        sec.md.append(f"<details><summary>{len(rest)} more tables</summary>\n")
+        sec.html.append(f"<details><summary>{len(rest)} more tables</summary>")
+        for t in rest:
+            _add_table(sec, t)
+        sec.md.append("</details>\n")
+        sec.html.append("</details>")
+    if run.results.get("summary"):
+        sec.md.append(f"<details><summary>the run in one paragraph</summary>\n\n{run.results['summary']}\n</details>\n")
+        sec.html.append(
+            f"<details><summary>the run in one paragraph</summary>{_md_to_html(str(run.results['summary']))}</details>"
         )
 
 
@@ -297,35 +460,22 @@ def _run_section(run: RunData, out_dir: Path, figure_no: list[int], tag: str) ->
         meta.append(f"{host.get('hostname', '?')} (torch {host.get('torch', '?')}, {host.get('cpu_count', '?')} CPUs)")
     sec.md.append(" · ".join(meta) + "\n")
     sec.html.append(f'<p class="meta">{_inline_md(" · ".join(meta))}</p>')
-    if r.get("summary"):
-        sec.md.append(str(r["summary"]).strip() + "\n")
-        sec.html.append(_md_to_html(str(r["summary"])))
-    metrics = r.get("metrics") or {}
-    if metrics:
-        sec.table("Metrics", ["metric", "value"], [[k, v] for k, v in metrics.items()])
-    for t in r.get("tables") or []:
-        sec.table(str(t.get("title", "")), [str(c) for c in t.get("columns", [])], list(t.get("rows", [])))
-    figures: list[_Figure] = []
-    for f in r.get("figures") or []:
-        path = run.path / str(f.get("file", ""))
-        if path.is_file():
-            figures.append(_Figure(path, str(f.get("caption", f.get("file")))))
-        else:
-            sec.md.append(f"*(figure {f.get('file')} is missing from {run.shown})*\n")
-            sec.html.append(f"<p><em>figure {html.escape(str(f.get('file')))} is missing</em></p>")
-    if len(run.curves) > MAX_CURVE_FIGURES:
-        # many sub-runs (seeds, cells of a table): one overlay of their losses, not one figure each
-        png = out_dir / f"curves_{tag}_overlay.png"
-        if _plot_overlay([run], png, title=f"{run.name}: training loss of {len(run.curves)} sub-runs"):
-            figures.append(_Figure(png, f"Training loss of each of the {len(run.curves)} trainings of {run.name}."))
+    figs = _run_figures(run, sec, out_dir, tag)
+    layout = r.get("layout")
+    if isinstance(layout, dict) and layout:
+        _laid_out(run, sec, figs, out_dir, figure_no, layout)
     else:
-        for label, rows in run.curves.items():
-            png = out_dir / f"curves_{tag}_{_slug(label)}.png"
-            _plot_curves(rows, f"{run.name}: {label} ({len(rows)} logged steps)", png)
-            figures.append(_Figure(png, f"Training curves of {run.name} ({label}/metrics.jsonl) against the step."))
-    for fig in figures:
-        figure_no[0] += 1
-        sec.figure(fig, out_dir, figure_no[0])
+        if r.get("summary"):
+            sec.md.append(str(r["summary"]).strip() + "\n")
+            sec.html.append(_md_to_html(str(r["summary"])))
+        metrics = r.get("metrics") or {}
+        if metrics:
+            sec.table("Metrics", ["metric", "value"], [[k, v] for k, v in metrics.items()])
+        for t in r.get("tables") or []:
+            _add_table(sec, t)
+        for fig in figs:
+            figure_no[0] += 1
+            sec.figure(fig, out_dir, figure_no[0])
     if r.get("config"):
         cfg = json.dumps(r["config"], indent=2)
         sec.md.append(f"<details><summary>config</summary>\n\n```json\n{cfg}\n```\n</details>\n")

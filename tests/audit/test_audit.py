@@ -68,15 +68,16 @@ def test_figure_titles_name_the_model_not_its_path_on_disk(tmp_path: Path, monke
         return wrapped
 
     for module, name in [
-        (run_module, "plot_search"),
+        (run_module, "plot_temperature"),
+        (run_module, "plot_risk"),
         (run_module, "plot_norms"),
         (tails_module, "plot_tail_diagnostics"),
     ]:
         monkeypatch.setattr(module, name, recording(getattr(module, name)))
     res = audit(AuditConfig(model=str(emb.resolve()), pairs=str(pairs), **FAST), tmp_path / "audit")
-    assert len(titles) == 3
+    assert len(titles) == 4
     assert all(str(tmp_path) not in t and "/" not in t for t in titles), titles
-    assert titles[0] == "emb.npy" and titles[1] == "emb.npy: query → document negatives"
+    assert titles[:2] == ["emb.npy", "emb.npy"] and titles[2] == "emb.npy: query → document negatives"
     assert res["model"] == str(emb.resolve())  # results.json keeps where the model came from
 
 
@@ -147,6 +148,20 @@ def test_fitted_temperature_is_a_local_minimum() -> None:
     # Brent stops within xatol = 1e-3 of the minimiser in log τ; the objective is convex in 1/τ, hence
     # unimodal in log τ, so moving 0.01 away in either direction cannot go lower
     assert ce(tau) <= ce(tau * math.exp(0.01)) and ce(tau) <= ce(tau * math.exp(-0.01))
+
+
+def test_the_temperature_grid_covers_the_range_and_does_not_move_tau_star() -> None:
+    g = torch.Generator().manual_seed(4)
+    q = torch.nn.functional.normalize(torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    d = torch.nn.functional.normalize(q + 0.7 * torch.randn(40, 8, generator=g, dtype=torch.float64), dim=1)
+    rel = np.arange(40)
+    tau_alone, search = diag.fit_temperature(q, d, rel, tau_min=0.01, tau_max=5.0, grid=0)
+    tau, curve = diag.fit_temperature(q, d, rel, tau_min=0.01, tau_max=5.0)
+    assert tau == tau_alone  # the grid is evaluated after the search, which it cannot steer
+    taus = np.array([t for t, _ in curve])
+    assert set(search) <= set(curve) and np.all(np.diff(taus) > 0)
+    for t in np.geomspace(0.01, 5.0, diag.TEMPERATURE_GRID):
+        assert np.isclose(taus, t, rtol=1e-12, atol=0).any()
 
 
 def test_normalised_embeddings_carry_no_norm_signal(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
 """How the audit's figure titles name the model: by its name or run, never by its path on disk."""
 
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 
 from contrastlab.audit.figures import model_title
@@ -38,3 +40,47 @@ def test_a_relative_model_path_on_disk_is_cut_to_its_name(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs" / "ft").mkdir(parents=True)
     assert model_title("runs/ft (contrastlab run, step 3)", "runs/ft") == "ft (contrastlab run, step 3)"
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib figure saved from now on, pyplot's or not."""
+    from matplotlib.figure import Figure
+
+    saved: list[Any] = []
+    save = Figure.savefig
+
+    def keep(self: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(self)
+        save(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def test_the_norm_figure_draws_only_panels_with_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from contrastlab.audit.figures import plot_norms
+
+    saved = _drawn(monkeypatch)
+    norms, correct = np.linspace(1, 2, 20), (np.arange(20) % 2).astype(float)
+    plot_norms(norms, None, correct, tmp_path / "a.png", title="no texts")
+    plot_norms(norms, np.linspace(3, 6, 20), correct, tmp_path / "b.png", title="texts")
+    without, with_texts = ([ax for ax in fig.axes if ax.axison] for fig in saved)
+    assert len(without) == len(saved[0].axes) == 1 and "frequency" not in without[0].get_xlabel()
+    assert len(with_texts) == 2 and "frequency" in with_texts[0].get_xlabel()
+
+
+def test_cross_entropy_against_tau_is_one_line_per_fit_through_every_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from contrastlab.audit.figures import plot_temperature
+
+    saved = _drawn(monkeypatch)
+    taus = np.geomspace(0.01, 2.0, 41)
+    curves = {"fold A": [(t, (np.log(t) + 3) ** 2) for t in taus], "fold B": [(t, (np.log(t) + 2) ** 2) for t in taus]}
+    plot_temperature(curves, {"fold A": np.exp(-3), "fold B": np.exp(-2)}, tmp_path / "t.png", title="x")
+    (ax,) = saved[0].axes
+    lines = [line for line in ax.get_lines() if len(line.get_xdata()) > 2]  # not the τ* markers
+    assert len(lines) == 2
+    for line, points in zip(lines, curves.values(), strict=True):
+        assert np.array_equal(line.get_xdata(), [t for t, _ in points])
+        assert np.array_equal(line.get_ydata(), [c for _, c in points])

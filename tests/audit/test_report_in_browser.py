@@ -9,9 +9,6 @@ and those that decoded (``complete && naturalWidth > 0``) into attributes of ``<
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -20,23 +17,14 @@ import pytest
 
 from contrastlab.audit import AuditConfig
 from contrastlab.audit.run import audit
+from tests._browser import probe
 
 # After the page's load event, count the <img> elements and those that decoded (complete, naturalWidth > 0).
 PROBE = (
-    "<script>window.addEventListener('load', () => {"
-    " const imgs = [...document.images];"
-    " document.body.setAttribute('data-images', imgs.length);"
-    " document.body.setAttribute('data-loaded', imgs.filter(i => i.complete && i.naturalWidth > 0).length);"
-    "});</script></body>"
+    "const imgs = [...document.images];"
+    " b.setAttribute('data-images', imgs.length);"
+    " b.setAttribute('data-loaded', imgs.filter(i => i.complete && i.naturalWidth > 0).length);"
 )
-OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9"]
-
-
-def _browser() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
-    return browser
 
 
 class _Sources(HTMLParser):
@@ -49,21 +37,10 @@ class _Sources(HTMLParser):
 
 
 def images_loaded(page: Path) -> tuple[int, int]:
-    """(number of <img>, number decoded) after ``page`` loads in offline headless Chromium.
-
-    The probe is added to a copy of the page in the same folder, so relative paths resolve as in the original.
-    """
-    probed = page.with_name(f"probed-{page.name}")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE, 1), encoding="utf-8")
-    argv = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", *OFFLINE, "--virtual-time-budget=10000"]
-    dom = subprocess.run(
-        [*argv, "--dump-dom", probed.as_uri()], capture_output=True, text=True, timeout=600, check=True
-    ).stdout
-    probed.unlink()
-    images = re.search(r'data-images="(\d+)"', dom)
-    loaded = re.search(r'data-loaded="(\d+)"', dom)
-    assert images is not None and loaded is not None, "the load event did not run"
-    return int(images.group(1)), int(loaded.group(1))
+    """(number of <img>, number decoded) after ``page`` loads in offline headless Chromium."""
+    found = probe(page, PROBE, budget_ms=10000)
+    assert "images" in found and "loaded" in found, "the load event did not run"
+    return int(found["images"]), int(found["loaded"])
 
 
 def _check_report(out: Path, figures: list[dict[str, str]]) -> None:
@@ -102,7 +79,7 @@ def test_audit_report_of_embeddings_renders_every_figure(tmp_path: Path) -> None
     (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
     out = tmp_path / "audit"
     res = audit(AuditConfig(model=str(tmp_path / "emb.npy"), pairs=str(tmp_path / "pairs.tsv"), progress=False), out)
-    assert len(res["figures"]) == 3
+    assert len(res["figures"]) == 4  # temperature, risk, tails, norms
     _check_report(out, res["figures"])
 
 
@@ -120,5 +97,5 @@ def test_audit_report_of_a_text_model_renders_every_figure(tmp_path: Path) -> No
     out = tmp_path / "audit"
     cfg = AuditConfig(model=str(model), pairs=str(tmp_path / "pairs.tsv"), progress=False, max_seq_length=16)
     res = audit(cfg, out)
-    assert len(res["figures"]) == 3
+    assert len(res["figures"]) == 5  # temperature, risk, tails, norms, norm claims
     _check_report(out, res["figures"])

@@ -178,3 +178,30 @@ def test_an_endpoint_prints_as_a_number_only_when_xi_is_negative():
     for xi in (0.0, 0.2):  # the Gumbel and Fréchet domains: no finite endpoint
         fit = dataclasses.replace(bounded, xi=xi, endpoint=math.inf)
         assert fit.endpoint_text() == fit.endpoint_cell() == NO_ENDPOINT == "none (ξ̂ ≥ 0)"
+
+
+def test_an_endpoint_far_beyond_the_exceedances_is_named_not_drawn(tmp_path, monkeypatch):
+    # ξ̂ just below 0 puts u − σ/ξ far beyond any cosine (13.2 here): the panel keeps to the exceedances' range
+    import dataclasses
+
+    from matplotlib.figure import Figure
+
+    saved = []
+    save = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda self, *a, **k: (saved.append(self), save(self, *a, **k))[1])
+    z = torch.randn(300, 8, generator=torch.Generator().manual_seed(4))
+    rep = tail_diagnostics(z, threshold_quantile=0.98)
+    far = dataclasses.replace(rep, pot=dataclasses.replace(rep.pot, xi=-0.004, endpoint=13.2))
+    near = dataclasses.replace(
+        rep, pot=dataclasses.replace(rep.pot, xi=-0.3, endpoint=rep.pot.threshold + 0.5 * float(rep.exceedances.max()))
+    )
+    plot_tail_diagnostics({"far": far, "near": near}, tmp_path / "tails.png")
+    axes = saved[0].axes
+    top = float(rep.exceedances.max())
+    far_panel, near_panel = axes[1], axes[4]
+    assert far_panel.get_xlim()[1] <= 1.05 * top + 1e-12
+    drawn = [np.asarray(line.get_xdata()) for line in far_panel.get_lines()]
+    assert not [x for x in drawn if x.size and np.allclose(x, 13.2 - rep.pot.threshold)]
+    assert any("off the axis" in t.get_text() for t in far_panel.get_legend().get_texts())
+    reach = near.pot.endpoint - near.pot.threshold
+    assert [line for line in near_panel.get_lines() if np.allclose(line.get_xdata(), reach)]  # the endpoint, drawn

@@ -9,49 +9,23 @@ without the report's table box overflows, so the probe can fail.
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from contrastlab.io import write_json_atomic
 from contrastlab.report import write_report
+from tests._browser import probe
 
 PROBE = (
-    "<script>window.addEventListener('load', () => {"
-    " document.body.setAttribute('data-scroll', document.documentElement.scrollWidth);"
-    " document.body.setAttribute('data-view', document.documentElement.clientWidth);"
-    "});</script></body>"
+    "b.setAttribute('data-scroll', document.documentElement.scrollWidth);"
+    " b.setAttribute('data-view', document.documentElement.clientWidth);"
 )
-OFFLINE = ["--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9"]
-
-
-def _browser() -> str:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("headless Chromium is not installed (Debian: apt-get install chromium)")
-    return browser
 
 
 def scroll_and_view_width(page: Path, width: int = 1280) -> tuple[int, int]:
     """(the document's scroll width, the viewport's width) of ``page`` in headless Chromium ``width`` px wide."""
-    probed = page.with_name(f"probed-{page.name}")
-    probed.write_text(page.read_text(encoding="utf-8").replace("</body>", PROBE, 1), encoding="utf-8")
-    argv = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", *OFFLINE, f"--window-size={width},900"]
-    dom = subprocess.run(
-        [*argv, "--virtual-time-budget=5000", "--dump-dom", probed.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    ).stdout
-    probed.unlink()
-    scroll = re.search(r'data-scroll="(\d+)"', dom)
-    view = re.search(r'data-view="(\d+)"', dom)
-    assert scroll is not None and view is not None, "the load event did not run"
-    return int(scroll.group(1)), int(view.group(1))
+    found = probe(page, PROBE, width=width, height=900)
+    assert "scroll" in found and "view" in found, "the load event did not run"
+    return int(found["scroll"]), int(found["view"])
 
 
 def test_a_report_of_wide_tables_and_long_names_does_not_scroll_sideways_at_1280_px(tmp_path: Path) -> None:
