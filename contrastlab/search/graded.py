@@ -381,33 +381,30 @@ def hits_from_labels(retrieved_labels: object, query_labels: object) -> np.ndarr
     Shape:
         retrieved_labels: ``(Q, K)``; query_labels: ``(Q,)``. Returns ``(Q, K)`` bool.
     """
-    r = (
-        retrieved_labels.detach().cpu().numpy()
-        if isinstance(retrieved_labels, Tensor)
-        else np.asarray(retrieved_labels)
-    )
+    r = _numpy(retrieved_labels)
     if r.ndim != 2:
         raise ValueError(f"retrieved_labels must have shape (Q, K), got {r.shape}")
     ql = _int_vector("query_labels", query_labels, r.shape[0])
     return r == ql[:, None]
 
 
-def _hit_matrix(hits: object) -> np.ndarray:
-    arr = hits.detach().cpu().numpy() if isinstance(hits, Tensor) else np.asarray(hits)
-    if arr.ndim != 2:
-        raise ValueError(f"hits must have shape (Q, K), got {arr.shape}")
-    if arr.dtype != np.bool_:
-        if arr.dtype.kind not in "iu" or not np.isin(arr, (0, 1)).all():
-            raise TypeError(f"hits must be boolean (or 0/1 integers), got dtype {arr.dtype}")
-        arr = arr.astype(bool)
-    return arr
+def _numpy(x: object) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
 
 
-def _n_relevant(n_relevant: object, q: int) -> np.ndarray:
-    arr = _int_vector("n_relevant", n_relevant, q)
-    if (arr < 0).any():
+def _hit_inputs(hits: object, n_relevant: object) -> tuple[np.ndarray, np.ndarray]:
+    """``(Q, K)`` bool hits and ``(Q,)`` int64 ``n_relevant``, checked."""
+    h = _numpy(hits)
+    if h.ndim != 2:
+        raise ValueError(f"hits must have shape (Q, K), got {h.shape}")
+    if h.dtype != np.bool_:
+        if h.dtype.kind not in "iu" or not np.isin(h, (0, 1)).all():
+            raise TypeError(f"hits must be boolean (or 0/1 integers), got dtype {h.dtype}")
+        h = h.astype(bool)
+    r = _int_vector("n_relevant", n_relevant, h.shape[0])
+    if (r < 0).any():
         raise ValueError("n_relevant must be >= 0")
-    return arr
+    return h, r
 
 
 def _hit_run_metrics(h: np.ndarray, r: np.ndarray, measures: Sequence[str]) -> dict[str, np.ndarray]:
@@ -433,12 +430,8 @@ def hit_metrics(hits: object, n_relevant: object, measures: Sequence[str]) -> di
 
     Returns:
         trec_eval's output key (``success_5``, ``Rprec``, …) → ``(Q,)`` float64, NaN for a lone query.
-
-    Raises:
-        ValueError, TypeError: ill-shaped or ill-typed ``hits`` or ``n_relevant``, or an unknown measure.
     """
-    h = _hit_matrix(hits)
-    return _hit_run_metrics(h, _n_relevant(n_relevant, h.shape[0]), measures)
+    return _hit_run_metrics(*_hit_inputs(hits, n_relevant), measures)
 
 
 _BY_R = {"Rprec": "r_precision", "map_at_r": "map@r"}
@@ -462,8 +455,7 @@ def hit_measure(
     Raises:
         ValueError: ``k`` is not in ``[1, K]``, or ``Rprec`` / ``map_at_r`` with fewer than ``max R`` columns.
     """
-    h = _hit_matrix(hits)
-    r = _n_relevant(n_relevant, h.shape[0])
+    h, r = _hit_inputs(hits, n_relevant)
     if k is not None:
         k = _positive_int("k", k)
         if k > h.shape[1]:
