@@ -23,8 +23,8 @@ import numpy as np
 
 from contrastlab.cli._options import UsageError, load_matrix, one_line
 from contrastlab.io import atomic_path, write_json_atomic
+from contrastlab.search.evaluate import evaluate_retrieval
 from contrastlab.search.index import EmbeddingIndex, _progress
-from contrastlab.search.metrics import evaluate_retrieval
 
 __all__ = ["main"]
 

@@ -7,9 +7,12 @@ before the head), as SimCLR does.
 
 from __future__ import annotations
 
+from functools import partial
+
 from torch import Tensor, nn
 
 from contrastlab.models._image import check_positive_int
+from contrastlab.models.mlp import linear_stack
 
 __all__ = ["ProjectionHead", "ContrastiveModel"]
 
@@ -53,16 +56,9 @@ class ProjectionHead(nn.Module):
         self.out_dim = check_positive_int("out_dim", out_dim)
         self.hidden_dim = check_positive_int("hidden_dim", hidden_dim if hidden_dim is not None else in_dim)
         self.num_layers = check_positive_int("num_layers", num_layers)
-        layers: list[nn.Module] = []
-        prev = in_dim
-        for _ in range(num_layers - 1):
-            layers.append(nn.Linear(prev, self.hidden_dim, bias=bias))
-            if batch_norm:
-                layers.append(nn.BatchNorm1d(self.hidden_dim))
-            layers.append(nn.ReLU(inplace=True))
-            prev = self.hidden_dim
-        layers.append(nn.Linear(prev, out_dim, bias=bias))
-        self.net = nn.Sequential(*layers)
+        relu = partial(nn.ReLU, inplace=True)
+        hidden = [self.hidden_dim] * (num_layers - 1)
+        self.net = linear_stack(in_dim, hidden, out_dim, activation=relu, batch_norm=batch_norm, bias=bias)
 
     def forward(self, h: Tensor) -> Tensor:
         """Project ``(N, in_dim)`` representations to ``(N, out_dim)``."""

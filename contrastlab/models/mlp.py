@@ -7,12 +7,39 @@ from typing import Literal
 
 from torch import Tensor, nn
 
-__all__ = ["MLP", "NORM_ORDERS"]
+__all__ = ["MLP", "NORM_ORDERS", "linear_stack"]
 
 #: Where BatchNorm sits in a hidden layer: "pre_act" = Linear → BatchNorm1d → activation (cl-ica's
 #: ``get_mlp``, Zimmermann et al. 2021, arXiv 2102.08850); "post_act" = Linear → activation → BatchNorm1d
 #: (the encoder of Zaliaduonis et al. 2026, arXiv 2606.04280, §5).
 NORM_ORDERS = ("pre_act", "post_act")
+
+
+def linear_stack(
+    in_dim: int,
+    hidden: Sequence[int],
+    out_dim: int,
+    *,
+    activation: Callable[[], nn.Module],
+    batch_norm: bool,
+    norm_order: Literal["pre_act", "post_act"] = "pre_act",
+    bias: bool = True,
+) -> nn.Sequential:
+    """Linear layers ``in_dim → hidden[0] → … → out_dim``, the last one bare.
+
+    Each hidden layer is a Linear layer and ``activation()``, with a BatchNorm1d (``batch_norm``) before the
+    activation (``"pre_act"``) or after it (``"post_act"``). The arguments are taken as checked.
+    """
+    layers: list[nn.Module] = []
+    prev = in_dim
+    for h in hidden:
+        block: list[nn.Module] = [nn.Linear(prev, h, bias=bias), activation()]
+        if batch_norm:
+            block.insert(1 if norm_order == "pre_act" else 2, nn.BatchNorm1d(h))
+        layers += block
+        prev = h
+    layers.append(nn.Linear(prev, out_dim, bias=bias))
+    return nn.Sequential(*layers)
 
 
 class MLP(nn.Module):
@@ -81,16 +108,15 @@ class MLP(nn.Module):
         if norm_order not in NORM_ORDERS:
             raise ValueError(f"norm_order must be one of {NORM_ORDERS}, got {norm_order!r}")
         self.in_dim, self.hidden, self.out_dim = in_dim, tuple(hidden), out_dim
-        layers: list[nn.Module] = []
-        prev = in_dim
-        for h in hidden:
-            block: list[nn.Module] = [nn.Linear(prev, h, bias=bias), acts[activation]()]
-            if batch_norm:
-                block.insert(1 if norm_order == "pre_act" else 2, nn.BatchNorm1d(h))
-            layers += block
-            prev = h
-        layers.append(nn.Linear(prev, out_dim, bias=bias))
-        self.net = nn.Sequential(*layers)
+        self.net = linear_stack(
+            in_dim,
+            hidden,
+            out_dim,
+            activation=acts[activation],
+            batch_norm=batch_norm,
+            norm_order=norm_order,
+            bias=bias,
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         """Encode ``x`` of shape ``(N, in_dim)`` to ``(N, out_dim)``."""

@@ -7,15 +7,16 @@
   bounds ``log Z`` from the top-k.
 - :class:`ShardedSearch` — the same exact search and softmax search over a corpus split into shards
   (in this process, or one Ray actor per shard), merged exactly.
-- Retrieval metrics: :func:`recall_at_k`, :func:`precision_at_1`, :func:`map_at_r`, :func:`r_precision`,
-  :func:`average_precision`, :func:`mrr`, :func:`ndcg_at_k`, :func:`evaluate_retrieval`.
+- Retrieval metrics, all computed by :mod:`contrastlab.search.graded`: :func:`recall_at_k`,
+  :func:`precision_at_1`, :func:`map_at_r`, :func:`r_precision`, :func:`average_precision`, :func:`mrr`,
+  :func:`ndcg_at_k` on hit matrices; :func:`evaluate_retrieval` of a labelled index.
 """
 
+from contrastlab.search.evaluate import evaluate_retrieval
+from contrastlab.search.graded import hits_from_labels
 from contrastlab.search.index import EmbeddingIndex, IndexFormatError, SearchResult
 from contrastlab.search.metrics import (
     average_precision,
-    evaluate_retrieval,
-    hits_from_labels,
     map_at_r,
     mrr,
     ndcg_at_k,

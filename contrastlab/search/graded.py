@@ -24,6 +24,12 @@ run whose float scores tie is scored exactly as trec_eval scores it.
 Everything is vectorised over queries: a run is an ``(Q, K)`` array of document positions (−1 where a
 query has fewer than ``K`` results) with its scores, and the judgements a :class:`Judgements` (CSR over
 queries). :func:`evaluate_run` takes and returns pytrec_eval's dictionaries, through the same arrays.
+
+**Hit matrices.** A boolean ``hits[q, j]`` (is the ``j``-th retrieved item relevant to query ``q``; rank
+order) with ``n_relevant[q] = R`` stands for the run of ``K`` documents per query whose hits are judged grade 1,
+with ``R`` minus the hits unretrieved relevant documents besides: :func:`hit_metrics` and :func:`hit_measure`
+score it by :func:`graded_metrics`. Queries with ``R = 0`` ("lone" queries) are left out of every average, as
+pytorch-metric-learning does.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from torch import Tensor
+
+from contrastlab._checks import check_choice
+from contrastlab.search.index import _int_vector, _positive_int
 
 __all__ = [
     "Judgements",
@@ -45,6 +55,9 @@ __all__ = [
     "parse_measure",
     "MTEB_NAMES",
     "mteb_name",
+    "hits_from_labels",
+    "hit_metrics",
+    "hit_measure",
 ]
 
 _MEASURE = re.compile(r"^(ndcg_cut|map_cut|recall|P|mrr_cut|success)\.([1-9][0-9]*)$|^(recip_rank|Rprec|map_at_r)$")
@@ -114,12 +127,8 @@ class Judgements:
 
     def num_relevant(self) -> np.ndarray:
         """``(Q,)`` judged documents with grade ≥ 1 per query (trec_eval's ``num_rel``)."""
-        counts = np.add.reduceat((self.grade >= 1).astype(np.int64), self.indptr[:-1]) if self.doc.size else None
-        out = np.zeros(self.num_queries, dtype=np.int64)
-        if counts is not None:
-            nonempty = np.diff(self.indptr) > 0
-            out[nonempty] = counts[nonempty]
-        return out
+        relevant_before = np.concatenate([[0], np.cumsum(self.grade >= 1)]).astype(np.int64)
+        return relevant_before[self.indptr[1:]] - relevant_before[self.indptr[:-1]]
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """``(Q, K)`` grade of each retrieved document position (0 where unjudged or ``ids == −1``).
@@ -364,3 +373,104 @@ def evaluate_run(
     judged = judgements(qrels, queries, doc_ids)
     per = graded_metrics(ids, judged, measures, scores=scores, ties=tie_keys(doc_ids))
     return {q: {name: float(v[i]) for name, v in per.items()} for i, q in enumerate(queries)}
+
+
+def hits_from_labels(retrieved_labels: object, query_labels: object) -> np.ndarray:
+    """``hits[q, j] = retrieved_labels[q, j] == query_labels[q]``.
+
+    Shape:
+        retrieved_labels: ``(Q, K)``; query_labels: ``(Q,)``. Returns ``(Q, K)`` bool.
+    """
+    r = _numpy(retrieved_labels)
+    if r.ndim != 2:
+        raise ValueError(f"retrieved_labels must have shape (Q, K), got {r.shape}")
+    ql = _int_vector("query_labels", query_labels, r.shape[0])
+    return r == ql[:, None]
+
+
+def _numpy(x: object) -> np.ndarray:
+    return x.detach().cpu().numpy() if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _hit_inputs(hits: object, n_relevant: object) -> tuple[np.ndarray, np.ndarray]:
+    """``(Q, K)`` bool hits and ``(Q,)`` int64 ``n_relevant``, checked."""
+    h = _numpy(hits)
+    if h.ndim != 2:
+        raise ValueError(f"hits must have shape (Q, K), got {h.shape}")
+    if h.dtype != np.bool_:
+        if h.dtype.kind not in "iu" or not np.isin(h, (0, 1)).all():
+            raise TypeError(f"hits must be boolean (or 0/1 integers), got dtype {h.dtype}")
+        h = h.astype(bool)
+    r = _int_vector("n_relevant", n_relevant, h.shape[0])
+    if (r < 0).any():
+        raise ValueError("n_relevant must be >= 0")
+    return h, r
+
+
+def _hit_run_metrics(h: np.ndarray, r: np.ndarray, measures: Sequence[str]) -> dict[str, np.ndarray]:
+    """:func:`graded_metrics` of the run whose column ``j`` is document ``j``: NaN for lone queries."""
+    q, k = h.shape
+    missing = np.maximum(r - h.sum(axis=1), 0)
+    rows, cols = np.nonzero(h)
+    extra_rows = np.repeat(np.arange(q), missing)
+    extra_cols = k + np.arange(extra_rows.size) - np.repeat(np.cumsum(missing) - missing, missing)
+    order = np.lexsort((np.concatenate([cols, extra_cols]), np.concatenate([rows, extra_rows])))
+    docs = np.concatenate([cols, extra_cols])[order]
+    indptr = np.concatenate([[0], np.cumsum(h.sum(axis=1) + missing)])
+    judged = Judgements(indptr, docs, np.ones(docs.size, dtype=np.int64), k + int(missing.max(initial=0)))
+    per = graded_metrics(np.broadcast_to(np.arange(k), (q, k)), judged, measures)
+    return {name: np.where(r > 0, v, np.nan) for name, v in per.items()}
+
+
+def hit_metrics(hits: object, n_relevant: object, measures: Sequence[str]) -> dict[str, np.ndarray]:
+    """Per-query trec_eval ``measures`` of the run a hit matrix stands for (module docstring, *Hit matrices*).
+
+    Shape:
+        hits: ``(Q, K)`` bool (or 0/1 integers); n_relevant: ``(Q,)`` integers ``>= 0``.
+
+    Returns:
+        trec_eval's output key (``success_5``, ``Rprec``, …) → ``(Q,)`` float64, NaN for a lone query.
+    """
+    return _hit_run_metrics(*_hit_inputs(hits, n_relevant), measures)
+
+
+_BY_R = {"Rprec": "r_precision", "map_at_r": "map@r"}
+"""Measures that need the top ``R`` retrieved → the metric's name in the error that says so."""
+
+
+def hit_measure(
+    hits: object, n_relevant: object, measure: str, k: int | None = None, *, reduction: str = "mean"
+) -> float | np.ndarray:
+    """One trec_eval measure of a hit matrix's run, averaged over the queries that are not lone.
+
+    Args:
+        hits: ``(Q, K)`` bool (or 0/1 integers), rank order.
+        n_relevant: ``(Q,)`` relevant items in the corpus per query.
+        measure: a trec_eval measure kind (:func:`parse_measure`): with ``k`` its cut-off (``"success"``,
+            ``"recall"``, ``"ndcg_cut"``, ``"P"``), ``"map_cut"`` without ``k`` taken at the depth ``K``, or a
+            measure without cut-off (``"recip_rank"``, ``"Rprec"``, ``"map_at_r"``).
+        k: the cut-off, a positive integer at most ``K``.
+        reduction: ``"mean"`` (NaN if every query is lone) or ``"none"``: ``(Q,)``, NaN for lone queries.
+
+    Raises:
+        ValueError: ``k`` is not in ``[1, K]``, or ``Rprec`` / ``map_at_r`` with fewer than ``max R`` columns.
+    """
+    h, r = _hit_inputs(hits, n_relevant)
+    if k is not None:
+        k = _positive_int("k", k)
+        if k > h.shape[1]:
+            raise ValueError(f"k = {k} exceeds the {h.shape[1]} retrieved columns of hits")
+        measure = f"{measure}.{k}"
+    elif measure == "map_cut":
+        measure = f"map_cut.{max(h.shape[1], 1)}"
+    need = int(r.max(initial=0))
+    if measure in _BY_R and need > h.shape[1]:
+        raise ValueError(
+            f"hits has K = {h.shape[1]} columns but {_BY_R[measure]} needs the top R = {need} (the largest n_relevant)"
+        )
+    per_query = next(iter(_hit_run_metrics(h, r, [measure]).values()))
+    check_choice("reduction", reduction, ("mean", "none"))
+    if reduction == "none":
+        return per_query
+    valid = r > 0
+    return float(per_query[valid].mean()) if valid.any() else float("nan")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from contrastlab.tasks.hub import hub_splits, is_hub_task, read_hub_parts
-from contrastlab.tasks.records import _lines, _read, _records
+from contrastlab.tasks.records import _json_lines, _lines, _read, _records
 
 __all__ = ["RetrievalTask", "read_beir_task", "beir_splits", "is_beir_task", "holdout", "task_folder", "tasks_under"]
 
@@ -82,13 +82,7 @@ class RetrievalTask:
 
 def _jsonl(path: Path, text: str, fields: tuple[str, ...], optional: tuple[str, ...]) -> list[tuple[str, ...]]:
     """Rows of a BEIR JSONL file: the string ``fields`` (required) and ``optional`` ones ('' when absent)."""
-    objects: list[tuple[int, Any]] = []
-    for n, line in _lines(text):
-        try:
-            objects.append((n, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"task: {path} line {n}: not JSON ({e.msg})") from None
-    return _records(path, objects, fields, optional)
+    return _records(path, _json_lines(path, text), fields, optional)
 
 
 def _qrels(path: Path, text: str) -> tuple[dict[str, dict[str, int]], dict[tuple[str, str], int]]:

@@ -21,13 +21,12 @@ present; integer grades; no judgement twice; every qrels id names a query and a 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from contrastlab.tasks.records import _lines, _read, _records
+from contrastlab.tasks.records import _json_lines, _read, _records
 
 __all__ = ["hub_splits", "is_hub_task", "read_hub_parts"]
 
@@ -93,13 +92,7 @@ def _objects(path: Path, text_of: dict[Path, tuple[str, str]]) -> tuple[list[tup
         return list(_parquet_rows(path)), "row"
     text, digest = _read(path)
     text_of[path] = (text, digest)
-    objects = []
-    for n, line in _lines(text):
-        try:
-            objects.append((n, json.loads(line)))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"task: {path} line {n}: not JSON ({e.msg})") from None
-    return objects, "line"
+    return _json_lines(path, text), "line"
 
 
 def read_hub_parts(

@@ -7,6 +7,7 @@ so both refuse the same defects with the same messages, naming the file and line
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,17 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
         line = line.rstrip("\r")
         if line.strip():
             yield n, line
+
+
+def _json_lines(path: Path, text: str) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON) for every non-blank line of a JSONL file's text."""
+    objects: list[tuple[int, Any]] = []
+    for n, line in _lines(text):
+        try:
+            objects.append((n, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"task: {path} line {n}: not JSON ({e.msg})") from None
+    return objects
 
 
 def _records(

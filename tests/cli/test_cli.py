@@ -175,26 +175,28 @@ def test_corrupted_config_and_results_exit_2_naming_the_file(job: Path, tmp_path
     _one_line_error(capsys, "results.json is corrupted")
 
 
-def test_runtime_failure_exits_1_with_one_line(job: Path, monkeypatch, capsys) -> None:
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (RuntimeError("disk on fire"), 1, "RuntimeError: disk on fire"),  # a failure while running
+        (  # missing data: a usage error
+            FileNotFoundError("root: cifar10 files not found under data. Expected:\n  data/x\n  data/y"),
+            2,
+            "Expected: data/x data/y",
+        ),
+    ],
+)
+def test_a_failure_in_the_job_exits_with_its_code_and_one_line(
+    job: Path, monkeypatch, capsys, error: Exception, code: int, line: str
+) -> None:
     import contrastlab.train.job.runner as job_module
 
-    def boom(*a, **k):
-        raise RuntimeError("disk on fire")
+    def fail(*a, **k):
+        raise error
 
-    monkeypatch.setattr(job_module, "run_job", boom)
-    assert cli.main(["train", str(job), "--out", "x"]) == 1
-    _one_line_error(capsys, "RuntimeError: disk on fire")
-
-
-def test_missing_data_is_a_usage_error_on_one_line(job: Path, monkeypatch, capsys) -> None:
-    import contrastlab.train.job.runner as job_module
-
-    def missing(*a, **k):
-        raise FileNotFoundError("root: cifar10 files not found under data. Expected:\n  data/x\n  data/y")
-
-    monkeypatch.setattr(job_module, "run_job", missing)
-    assert cli.main(["train", str(job), "--out", "x"]) == 2
-    _one_line_error(capsys, "Expected: data/x data/y")
+    monkeypatch.setattr(job_module, "run_job", fail)
+    assert cli.main(["train", str(job), "--out", "x"]) == code
+    _one_line_error(capsys, line)
 
 
 def test_run_list_help_and_quick(monkeypatch, tmp_path: Path, capsys) -> None:

@@ -42,41 +42,10 @@ def test_build_query_evaluate_round_trip(files, capsys):
     index = EmbeddingIndex.load(d / "idx")
     direct = index.search(x[:20], 7, exclude_ids=np.arange(20))
 
-    assert (
-        main(
-            [
-                "query",
-                "--index",
-                str(d / "idx"),
-                "--queries",
-                str(d / "q.npy"),
-                "-k",
-                "7",
-                "--exclude-self",
-                "--out",
-                str(d / "r.npy"),
-            ]
-        )
-        == 0
-    )
+    query = ["query", "--index", str(d / "idx"), "--queries", str(d / "q.npy"), "-k", "7", "--exclude-self"]
+    for out in ("r.npy", "r.json"):
+        assert main([*query, "--out", str(d / out)]) == 0
     np.testing.assert_array_equal(np.load(d / "r.npy"), direct.ids)
-    assert (
-        main(
-            [
-                "query",
-                "--index",
-                str(d / "idx"),
-                "--queries",
-                str(d / "q.npy"),
-                "-k",
-                "7",
-                "--exclude-self",
-                "--out",
-                str(d / "r.json"),
-            ]
-        )
-        == 0
-    )
     got = json.loads((d / "r.json").read_text())
     np.testing.assert_array_equal(np.array(got["ids"]), direct.ids)
     np.testing.assert_allclose(np.array(got["scores"]), direct.scores, rtol=1e-6)

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from contrastlab.search.graded import (
+    Judgements,
     evaluate_run,
     graded_metrics,
+    hit_metrics,
     judgements,
     mteb_name,
     parse_measure,
@@ -88,6 +90,15 @@ def test_empty_slots_and_queries_without_relevant_documents() -> None:
     assert out["recall_2"].tolist() == [1.0, 0.0]
     assert out["ndcg_cut_2"].tolist() == [1.0, 0.0]
     assert out["recip_rank"].tolist() == [1.0, 0.0]
+
+
+def test_queries_without_judgements_at_the_end_count_no_relevant_document() -> None:
+    judged = Judgements(np.array([0, 1, 1, 1]), np.array([0]), np.array([1]), 2)
+    assert judged.num_relevant().tolist() == [1, 0, 0]
+    # a hit matrix whose last query is lone: its run judges nothing for that query
+    out = hit_metrics(np.array([[True, False], [False, False]]), [1, 0], ["success.1", "recip_rank"])
+    assert out["success_1"][0] == 1.0 and math.isnan(out["success_1"][1])
+    assert out["recip_rank"][0] == 1.0 and math.isnan(out["recip_rank"][1])
 
 
 def test_cutoff_beyond_the_run_keeps_every_result() -> None:

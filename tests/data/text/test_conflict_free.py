@@ -1,4 +1,3 @@
-import math
 import random
 
 import pytest
@@ -6,6 +5,7 @@ import torch
 
 from contrastlab.data.text.conflict_free import ConflictFreeSampler, conflicts, false_negative_mask
 from contrastlab.losses import info_nce
+from tests.data.text.dropped_columns import loss_without_columns
 
 
 def _keys(n: int, dup_fraction: float, seed: int, protect: bool = False):
@@ -169,17 +169,6 @@ def test_sampler_batches_hold_no_false_negative_of_any_anchor():
         assert not any(map(any, fn)), b
 
 
-def _loss_without_columns(a, p, drop, tau):
-    """ℓ_i = −s_ii/τ + log Σ_{j kept} e^{s_ij/τ}, written as a loop over the kept columns (float64)."""
-    an = torch.nn.functional.normalize(a, dim=1)
-    pn = torch.nn.functional.normalize(p, dim=1)
-    total = 0.0
-    for i in range(a.shape[0]):
-        s = [float(an[i] @ pn[j]) / tau for j in range(a.shape[0]) if j == i or not drop[i][j]]
-        total += -float(an[i] @ pn[i]) / tau + math.log(sum(math.exp(x) for x in s))
-    return total / a.shape[0]
-
-
 @pytest.mark.parametrize("tau", [0.05, 0.5])
 def test_masked_loss_equals_the_loss_without_each_anchors_false_negatives(tau):
     g = torch.Generator().manual_seed(0)
@@ -189,5 +178,5 @@ def test_masked_loss_equals_the_loss_without_each_anchors_false_negatives(tau):
         a = torch.randn(20, 8, generator=g, dtype=torch.float64)
         p = a + 0.3 * torch.randn(20, 8, generator=g, dtype=torch.float64)
         got = info_nce(a, p, temperature=tau, weights=(~mask).double())
-        want = _loss_without_columns(a, p, _false_negatives(anchors, positives, relevant), tau)
+        want = loss_without_columns(a, p, _false_negatives(anchors, positives, relevant), tau)
         assert abs(float(got) - want) <= 1e-12 * max(1.0, abs(want)), seed

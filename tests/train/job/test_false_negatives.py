@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.runner import build_encoder, make_loss_fn
 from contrastlab.train.job.text_dataset import row_keys
 from contrastlab.train.loop.objective import embed
-from tests.models.text_models import write_tiny_bert
+from tests.data.text.dropped_columns import loss_without_columns
 
 pytest.importorskip("sentence_transformers")
 
@@ -55,11 +54,6 @@ SHARED_ONE_WAY = [
     ("held out a", "held answer a"),
     ("held out b", "held answer b"),
 ]
-
-
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_bert(tmp_path_factory.mktemp("models") / "st", "st")
 
 
 def job(tmp_path: Path, bert: Path, mode: str, rows: list[tuple[str, str]] = ROWS, **loss: object) -> JobConfig:
@@ -125,17 +119,6 @@ def _false_negatives(pairs: list[tuple[str, str]], rows: list[tuple[str, str]]) 
     ]  # fmt: skip
 
 
-def _loss_without_columns(a: torch.Tensor, p: torch.Tensor, drop: list[list[bool]], tau: float) -> float:
-    """ℓ_i = −s_ii/τ + log Σ_{j kept} e^{s_ij/τ} on cosine similarities, a loop over the kept columns (float64)."""
-    an = torch.nn.functional.normalize(a, dim=1)
-    pn = torch.nn.functional.normalize(p, dim=1)
-    total = 0.0
-    for i in range(a.shape[0]):
-        s = [float(an[i] @ pn[j]) / tau for j in range(a.shape[0]) if j == i or not drop[i][j]]
-        total += -float(an[i] @ pn[i]) / tau + math.log(sum(math.exp(x) for x in s))
-    return total / a.shape[0]
-
-
 def test_mask_marks_each_anchors_false_negatives_and_the_loss_leaves_exactly_those_out(
     tmp_path: Path, bert: Path
 ) -> None:
@@ -155,7 +138,7 @@ def test_mask_marks_each_anchors_false_negatives_and_the_loss_leaves_exactly_tho
         with torch.no_grad():
             emb = embed(model, objective.inputs(b))
             got = float(objective.loss(emb, b))
-        expected = _loss_without_columns(emb[:6], emb[6:], want, 0.5)
+        expected = loss_without_columns(emb[:6], emb[6:], want, 0.5)
         assert abs(got - expected) <= 1e-12 * max(1.0, abs(expected)), step
     assert one_way > 0  # some batch held a false negative of one anchor that is a true negative of the other
 

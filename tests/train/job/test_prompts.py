@@ -15,16 +15,10 @@ from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, 
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.prompts import PromptsConfig
 from contrastlab.train.job.runner import run_job
-from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"what is item {i}", f"item {i} is a thing of kind {i % 3}") for i in range(12)]
 PROMPTS = PromptsConfig(query="query: ", document="passage: ")
-
-
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_bert(tmp_path_factory.mktemp("models") / "st", "st")
 
 
 def job(tmp_path: Path, bert: Path) -> JobConfig:

@@ -19,15 +19,9 @@ from contrastlab.train.job.dev_metrics import dev_from_pairs, retrieval_metrics
 from contrastlab.train.job.runner import run_job
 from contrastlab.train.job.select import SelectConfig, Selector
 from contrastlab.train.loop.checkpoint import latest_checkpoint
-from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"question {i} on subject {i % 4}", f"reply {i} on subject {i % 4} with detail {i * 7}") for i in range(24)]
-
-
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_bert(tmp_path_factory.mktemp("models") / "st", "st")
 
 
 def job(tmp_path: Path, bert: Path, **select: object) -> JobConfig:
@@ -197,16 +191,10 @@ SHORT = ["--train.steps", "1", "--train.checkpoint_every", "0", "--quiet"]
     ],
 )
 def test_cli_bad_select_and_prompts_exit_2_with_one_line(
-    args: list[str], needle: str, tmp_path: Path, bert: Path, capsys: pytest.CaptureFixture[str]
+    args: list[str], needle: str, tmp_path: Path, bert_job_yaml: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "job.yaml"
-    config.write_text(
-        "data: {name: text, batch_size: 4}\n"
-        f"encoder: {{name: sentence_transformers, path: '{bert}', out_dim: 16, max_seq_length: 12}}\n"
-        "eval: {n: 3}\n"
-    )
     out = tmp_path / "run"
-    assert cli.main(["train", str(config), *args, "--out", str(out), *SHORT]) == 2
+    assert cli.main(["train", str(bert_job_yaml), *args, "--out", str(out), *SHORT]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and needle in err, err
     assert not out.exists()

@@ -32,11 +32,6 @@ pytest.importorskip("sentence_transformers")
 ROWS = [(f"query number {i} about topic {i % 3}", f"def answer_{i}(x)", f"def wrong_{i}()") for i in range(10)]
 
 
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_bert(tmp_path_factory.mktemp("models") / "st", "st")
-
-
 @pytest.fixture
 def pairs_file(tmp_path: Path) -> Path:
     p = tmp_path / "pairs.tsv"
@@ -189,15 +184,9 @@ def _fails_cleanly(argv: list[str], out: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_cli_bad_text_inputs_exit_2_with_one_line_and_write_nothing(
-    pairs_file: Path, bert: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    pairs_file: Path, bert_job_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = tmp_path / "job.yaml"
-    config.write_text(
-        "data: {name: text, batch_size: 4}\n"
-        f"encoder: {{name: sentence_transformers, path: '{bert}', out_dim: 16, max_seq_length: 12}}\n"
-        "eval: {n: 3}\n"
-    )
-    base = ["train", str(config), "--data.text.path", str(pairs_file)]
+    base = ["train", str(bert_job_yaml), "--data.text.path", str(pairs_file)]
     out = tmp_path / "run"
     _fails_cleanly([*base, "--encoder.path", str(tmp_path / "nowhere")], out, capsys, "encoder.path", "nowhere")
     no_pool = write_tiny_bert(tmp_path / "no_pooling", "st_no_pooling")
@@ -212,13 +201,15 @@ def test_cli_bad_text_inputs_exit_2_with_one_line_and_write_nothing(
     )
     ragged = tmp_path / "ragged.tsv"
     ragged.write_text("a\tb\nc\td\te\n")
-    _fails_cleanly(["train", str(config), "--data.text.path", str(ragged)], out, capsys, "data.text.path", "line 2")
+    _fails_cleanly(
+        ["train", str(bert_job_yaml), "--data.text.path", str(ragged)], out, capsys, "data.text.path", "line 2"
+    )
     one = tmp_path / "one.csv"
     one.write_text("only one column\n")
-    _fails_cleanly(["train", str(config), "--data.text.path", str(one)], out, capsys, "one.csv line 1")
+    _fails_cleanly(["train", str(bert_job_yaml), "--data.text.path", str(one)], out, capsys, "one.csv line 1")
     _fails_cleanly([*base, "--encoder.name", "bert"], out, capsys, "known encoders:", "minilm", "sentence_transformers")
     _fails_cleanly([*base, "--encoder.out_dim", "8"], out, capsys, "encoder.out_dim must be 16")
     _fails_cleanly([*base, "--loss.name", "nt_xent"], out, capsys, "loss.name 'nt_xent' takes no negatives")
-    _fails_cleanly(["train", str(config), "--data.name", "concepts"], out, capsys, "needs text data")
+    _fails_cleanly(["train", str(bert_job_yaml), "--data.name", "concepts"], out, capsys, "needs text data")
     assert cli.main([*base, "--out", str(out), *SHORT]) == 0, capsys.readouterr().err  # the same job, well formed
     assert json.loads((out / "results.json").read_text())["metrics"]["train_loss"] is not None

@@ -15,14 +15,8 @@ from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, 
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.runner import run_job
 from contrastlab.train.job.sources_config import SourceConfig, SourcesConfig
-from tests.models.text_models import write_tiny_bert
 
 pytest.importorskip("sentence_transformers")
-
-
-@pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_tiny_bert(tmp_path_factory.mktemp("models") / "st", "st")
 
 
 def _files(tmp_path: Path) -> list[Path]:
