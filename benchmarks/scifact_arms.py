@@ -170,10 +170,16 @@ def audit(model: str, task: Path, where: Path) -> float:
 def table(out: Path, seeds: list[int]) -> None:
     """The markdown table of every arm with finished seeds (see the module docstring)."""
     compare = out / "compare" / "results.json"
-    rows = {r["other"]: r for r in json.loads(compare.read_text())["comparisons"]} if compare.is_file() else {}
+    found = json.loads(compare.read_text())["comparisons"] if compare.is_file() else []
+    rows = {r["other"]: r for r in found if r["metric"] == "ndcg_at_10"}
     head = ["arm", "seeds", "dev nDCG@10", "Δ vs st-mnrl [95%]", "p", "Holm p", "train wall", "peak mem"]
     print("| " + " | ".join(head + [c for _, c in DIAGNOSTICS]) + " |")
     print("|" + "---|" * (len(head) + len(DIAGNOSTICS)))
+    base = out / "base" / "audit" / "results.json"
+    if base.is_file():
+        m = json.loads(base.read_text())["metrics"]
+        cells = ["base (all-MiniLM-L6-v2)", "—", f"{m['ndcg_at_10']:.4f}", "—", "—", "—", "—", "—"]
+        print("| " + " | ".join(cells + [f"{m[k]:.4f}" for k, _ in DIAGNOSTICS]) + " |")
     for arm in sorted(ARMS, key=lambda a: PRIORITY.index(a.name)):
         done = [s for s in seeds if (out / arm.name / f"seed{s}" / "audit" / "results.json").is_file()]
         if not done:
