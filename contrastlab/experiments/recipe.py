@@ -7,22 +7,24 @@ The command reads the task's ``split`` qrels and nothing else: one (query, relev
 of grade > 0 of every query of the split. With ``mine``, the base model (the job's encoder) mines each pair's hard negatives among
 the pairs' distinct documents (``contrastlab mine``, its softmax-probability cap included) and the job trains on
 the mined rows; without, on the task's pairs directly (batches without false negatives either way). It leaves
-``OUT/model``, a sentence-transformers folder, beside the training run (``OUT/train``: checkpoint, metrics,
-the job's ``results.json``) and the mined pairs.
+``OUT/model``, a sentence-transformers folder (moved out of the training run), beside the training run
+(``OUT/train``: checkpoint, metrics, the job's ``results.json``), the mined pairs and ``recipe.json`` (the
+settings it ran).
 
     contrastlab run recipe --task scifact --out runs/recipe --seed 0
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import contrastlab
 from contrastlab.config import ConfigError, from_dict, load_config_file
+from contrastlab.io import write_json_atomic
 
 __all__ = ["Config", "QUICK", "run", "read_recipe", "task_pairs"]
 
@@ -130,9 +132,10 @@ def run(config: Config, out_dir: Path) -> dict:
     job_config = from_dict(JobConfig, {**job, "data": data, "train": train})
     train_dir = out_dir / "train"
     results = run_job(job_config, train_dir)
+    shutil.rmtree(out_dir / "model", ignore_errors=True)  # a rerun into the same folder replaces the model
     os.replace(train_dir / results["model_folder"], out_dir / "model")
     record = {"task": str(task_dir), "split": config.split, "pairs": len(anchors), "steps": steps, **recipe}
-    (out_dir / "recipe.json").write_text(json.dumps(record, indent=1, default=str))
+    write_json_atomic(out_dir / "recipe.json", record)
     return {
         "summary": (
             f"recipe on {task_dir.name} ({config.split}: {len(anchors)} pairs), {steps} steps of {batch}"
