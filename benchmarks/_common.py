@@ -339,16 +339,10 @@ def scifact_train_pairs(task_dir: Path) -> tuple[list[str], list[str]]:
     The train part of :func:`contrastlab.tasks.holdout` of the task's ``train`` split at ``dev_fraction=0.2,
     seed=0``, one pair per relevant abstract: the data of the SciFact fine-tune benchmarks.
     """
+    from contrastlab.experiments.recipe import task_pairs
     from contrastlab.tasks import holdout, read_beir_task
 
-    train, _ = holdout(read_beir_task(task_dir, "train"), 0.2, seed=0)
-    text = dict(zip(train.doc_ids, train.doc_texts, strict=True))
-    anchors, positives = [], []
-    for q, qt in zip(train.query_ids, train.query_texts, strict=True):
-        for d in train.relevant(q):
-            anchors.append(qt)
-            positives.append(text[d])
-    return anchors, positives
+    return task_pairs(holdout(read_beir_task(task_dir, "train"), 0.2, seed=0)[0])
 
 
 def st_mnrl_fit(
