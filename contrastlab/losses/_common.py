@@ -27,6 +27,7 @@ __all__ = [
     "REDUCTIONS",
     "LossModule",
     "check_finite_loss",
+    "check_inputs",
     "check_loss_options",
     "check_negatives",
     "check_pair",
@@ -202,6 +203,36 @@ def resolve_loss_options(
     check_bool("normalize", normalize)
     dtype = compute_dtype(*inputs)
     return dtype, resolve_inverse_temperature(temperature, dtype, inputs[0].device)
+
+
+def check_inputs(
+    first: Tensor,
+    second: Tensor,
+    negatives: Tensor | None = None,
+    *,
+    temperature: TemperatureLike,
+    reduction: object,
+    normalize: object = True,
+    names: tuple[str, str] = ("anchor", "positive"),
+) -> tuple[int, torch.dtype, Tensor | float]:
+    """This rank's checks of a pair loss's inputs and common options; return ``(N, dtype, inv_t)``.
+
+    In order: the row-paired embeddings ``(N, D)`` named ``names`` (:func:`check_pair`), the explicit
+    negatives ``None``, ``(M, D)`` or ``(N, K, D)`` (:func:`check_negatives`), then ``reduction``,
+    ``normalize`` and the temperature (:func:`resolve_loss_options`, over every input). Call it inside
+    the loss's collective check (:func:`contrastlab.distributed.agree`).
+
+    Returns:
+        ``(N, dtype, inv_t)``: this rank's number of rows, the compute dtype and 1/τ in it.
+
+    Raises:
+        TypeError, ValueError: as the three checks, naming the argument.
+    """
+    n, _ = check_pair(names[0], first, names[1], second)
+    check_negatives(negatives, names[0], first)
+    inputs = (first, second) if negatives is None else (first, second, negatives)
+    dtype, inv_t = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
+    return n, dtype, inv_t
 
 
 def scaled_pair(

@@ -59,11 +59,9 @@ from contrastlab.losses._common import (
     LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_negatives,
-    check_pair,
+    check_inputs,
     device_of,
     gather_rows,
-    resolve_loss_options,
     scaled_pair,
 )
 from contrastlab.losses._docs import shared_docs
@@ -160,17 +158,16 @@ def debiased_estimate(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        check_pair("anchor", anchor, "positive", positive)
-        check_negatives(negatives, "anchor", anchor)
+        n_local, checked["dtype"], checked["inv_t"] = check_inputs(
+            anchor, positive, negatives, temperature=temperature, reduction=reduction, normalize=normalize
+        )
         check_bool("simclr", simclr)
         if simclr and negatives is not None:
             raise ValueError("simclr=True contrasts the 2N views in the batch: negatives must be None")
-        inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
         checked["tau_plus"] = check_tau_plus(tau_plus)
         checked["beta"] = check_beta(beta)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
-        return anchor.shape[0]
+        return n_local
 
     sizes = cd.agree(check, gather=gather, device=device_of(anchor))
     n_global = sum(sizes)

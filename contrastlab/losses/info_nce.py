@@ -34,11 +34,9 @@ from contrastlab.losses._common import (
     LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_negatives,
-    check_pair,
+    check_inputs,
     device_of,
     gather_rows,
-    resolve_loss_options,
     scaled_pair,
 )
 from contrastlab.losses._docs import shared_docs
@@ -50,15 +48,12 @@ __all__ = ["info_nce", "InfoNCELoss", "VARIANTS"]
 VARIANTS = ("infonce", "dcl")
 
 
-def _validate(anchor: Tensor, positive: Tensor, negatives: Tensor | None, variant: str, symmetric: bool) -> int:
-    """This rank's input checks; returns its number of anchors N."""
-    n, _ = check_pair("anchor", anchor, "positive", positive)
+def _validate(negatives: Tensor | None, variant: str, symmetric: bool) -> None:
+    """This rank's checks of the options that only InfoNCE / DCL take."""
     check_choice("variant", variant, VARIANTS)
     check_bool("symmetric", symmetric)
-    check_negatives(negatives, "anchor", anchor)
     if negatives is not None and symmetric:
         raise ValueError("symmetric=True is defined for in-batch negatives only (negatives=None)")
-    return n
 
 
 def _check_extras(
@@ -237,9 +232,10 @@ def info_nce(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local = _validate(anchor, positive, negatives, variant, symmetric)
-        inputs = (anchor, positive, *(() if negatives is None else (negatives,)))
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs, normalize=normalize)
+        n_local, checked["dtype"], checked["inv_t"] = check_inputs(
+            anchor, positive, negatives, temperature=temperature, reduction=reduction, normalize=normalize
+        )
+        _validate(negatives, variant, symmetric)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         _check_extras(positive_mask, weights, anchor, negatives, symmetric)

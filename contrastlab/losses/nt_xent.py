@@ -25,11 +25,10 @@ from contrastlab.losses._common import (
     LossModule,
     TemperatureLike,
     check_finite_loss,
-    check_pair,
+    check_inputs,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_loss_options,
 )
 from contrastlab.losses._docs import shared_docs
 
@@ -80,8 +79,9 @@ def nt_xent(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local, _ = check_pair("z_a", z_a, "z_b", z_b)
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, z_a, z_b, normalize=normalize)
+        n_local, checked["dtype"], checked["inv_t"] = check_inputs(
+            z_a, z_b, temperature=temperature, reduction=reduction, normalize=normalize, names=("z_a", "z_b")
+        )
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)
         return n_local
 

@@ -36,11 +36,10 @@ from contrastlab.losses import tiled
 from contrastlab.losses._common import (
     TemperatureLike,
     check_finite_loss,
+    check_inputs,
     check_loss_options,
-    check_pair,
     device_of,
     gather_rows,
-    resolve_loss_options,
     scaled_pair,
 )
 from contrastlab.losses._docs import shared_docs
@@ -334,9 +333,8 @@ def siglip(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local, _ = check_pair("anchor", anchor, "positive", positive)
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(
-            temperature, reduction, anchor, positive, normalize=normalize
+        n_local, checked["dtype"], checked["inv_t"] = check_inputs(
+            anchor, positive, temperature=temperature, reduction=reduction, normalize=normalize
         )
         checked["compiled"] = check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)

@@ -22,7 +22,7 @@ from contrastlab.losses import (
     nt_xent,
     supcon,
 )
-from contrastlab.losses._common import LossModule
+from contrastlab.losses._common import LossModule, check_inputs
 from contrastlab.losses.support_corrected import SupportCorrectedInfoNCELoss, support_corrected_info_nce
 
 
@@ -67,3 +67,15 @@ def test_a_learnable_temperature_is_a_submodule_and_shows_as_learnable():
     module = InfoNCELoss(temperature=LearnableTemperature(0.2))
     assert [name for name, _ in module.named_parameters()] == ["temperature.log_scale"]
     assert module.extra_repr().startswith("temperature=learnable, variant='infonce'")
+
+
+def test_check_inputs_returns_rows_dtype_and_inverse_temperature_and_names_the_arguments():
+    a, p = torch.randn(3, 4), torch.randn(3, 4)
+    negs = torch.randn(5, 4, dtype=torch.float64)  # a float64 input makes the loss compute in float64
+    assert check_inputs(a, p, negs, temperature=0.5, reduction="sum") == (3, torch.float64, 2.0)
+    with pytest.raises(ValueError, match="z_b must have the same shape as z_a"):
+        check_inputs(a, p[:2], temperature=0.5, reduction="mean", names=("z_a", "z_b"))
+    with pytest.raises(ValueError, match="negatives must have embedding dimension D = 4"):
+        check_inputs(a, p, torch.randn(5, 3), temperature=0.5, reduction="mean")
+    with pytest.raises(ValueError, match="reduction"):
+        check_inputs(a, p, temperature=0.5, reduction="max")

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 from contrastlab.losses import DebiasedInfoNCELoss, LearnableTemperature, debiased_info_nce, info_nce, nt_xent
+from tests.losses._debiased_checks import TAU, assert_dense_equals_tiled, assert_gradcheck, assert_matches_loop
 from tests.losses._debiased_inputs import LAYOUTS, layout_inputs, mixed_noise
 from tests.losses.reference import debiased_loop
-
-TAU = 0.5
 
 
 def _loss(a, p, negs, layout, **kw):
@@ -27,9 +26,7 @@ def _loss(a, p, negs, layout, **kw):
 @pytest.mark.parametrize("chunk_size", [None, 3])
 def test_matches_the_paper_loop(layout, tau_plus, chunk_size):
     a, p, negs = layout_inputs(layout, 9, seed=1)
-    got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=tau_plus, reduction="none", chunk_size=chunk_size)
-    want, _ = debiased_loop(a, p, negs, TAU, tau_plus, 0.0, layout == "simclr", True)
-    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
+    assert_matches_loop(_loss, a, p, negs, layout, tau_plus=tau_plus, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -37,9 +34,7 @@ def test_matches_the_loop_with_raw_dot_products(layout):
     a, p, negs = layout_inputs(layout, 7, seed=2)
     a, p = a / 3, p / 3  # raw similarities of a few units: the loop's exponentials stay moderate
     negs = None if negs is None else negs / 3
-    got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.2, normalize=False, reduction="none")
-    want, _ = debiased_loop(a, p, negs, TAU, 0.2, 0.0, layout == "simclr", False)
-    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
+    assert_matches_loop(_loss, a, p, negs, layout, tau_plus=0.2, normalize=False)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -47,10 +42,8 @@ def test_matches_the_loop_with_raw_dot_products(layout):
 def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
     # Close views and a large τ⁺: the estimate of some rows falls below N e^{−1/τ}, the clamp binds there.
     a, p, negs = layout_inputs(layout, 10, seed=3, noise=mixed_noise(10))
-    want, clamped = debiased_loop(a, p, negs, TAU, 0.4, 0.0, layout == "simclr", True)
+    clamped = assert_matches_loop(_loss, a, p, negs, layout, tau_plus=0.4, chunk_size=chunk_size)
     assert any(clamped) and not all(clamped), clamped  # both branches are exercised by these inputs
-    got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.4, reduction="none", chunk_size=chunk_size)
-    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
 
 
 def test_identical_views_are_all_clamped_to_the_closed_form():
@@ -90,30 +83,14 @@ def test_tau_plus_zero_is_info_nce_with_the_same_negatives(layout, chunk_size):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_dense_equals_tiled_with_gradients(layout):
     a, p, negs = layout_inputs(layout, 13, seed=6, noise=0.5)
-    out = []
-    for chunk_size in (None, 4):
-        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
-        loss = _loss(x, y, negs, layout, temperature=0.3, tau_plus=0.2, chunk_size=chunk_size, reduction="sum")
-        loss.backward()
-        out.append((loss.detach(), x.grad, y.grad))
-    for got, want in zip(out[1], out[0], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+    assert_dense_equals_tiled(_loss, a, p, negs, layout, temperature=0.3, tau_plus=0.2, reduction="sum")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_gradcheck_float64(layout, chunk_size):
     a, p, negs = layout_inputs(layout, 5, seed=7, noise=0.5)
-    leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
-    t = torch.tensor(0.4, dtype=torch.float64, requires_grad=True)  # learnable τ: its gradient too
-    leaves.append(t)
-
-    def fn(*xs):
-        x, y = xs[0], xs[1]
-        n = xs[2] if negs is not None else None
-        return _loss(x, y, n, layout, temperature=xs[-1], tau_plus=0.2, chunk_size=chunk_size, reduction="none")
-
-    assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7)
+    assert_gradcheck(_loss, a, p, negs, layout, tau_plus=0.2, chunk_size=chunk_size)
 
 
 def test_gradcheck_where_the_clamp_binds():

@@ -9,10 +9,8 @@ import pytest
 import torch
 
 from contrastlab.losses import HardNegativeInfoNCELoss, debiased_info_nce, hard_negative_info_nce, info_nce
+from tests.losses._debiased_checks import TAU, assert_dense_equals_tiled, assert_gradcheck, assert_matches_loop
 from tests.losses._debiased_inputs import LAYOUTS, layout_inputs, mixed_noise
-from tests.losses.reference import debiased_loop
-
-TAU = 0.5
 
 
 def _loss(a, p, negs, layout, **kw):
@@ -24,21 +22,15 @@ def _loss(a, p, negs, layout, **kw):
 @pytest.mark.parametrize("chunk_size", [None, 3])
 def test_matches_the_paper_loop(layout, tau_plus, beta, chunk_size):
     a, p, negs = layout_inputs(layout, 9, seed=21)
-    got = _loss(
-        a, p, negs, layout, temperature=TAU, tau_plus=tau_plus, beta=beta, reduction="none", chunk_size=chunk_size
-    )
-    want, _ = debiased_loop(a, p, negs, TAU, tau_plus, beta, layout == "simclr", True)
-    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
+    assert_matches_loop(_loss, a, p, negs, layout, tau_plus=tau_plus, beta=beta, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_clamp_branch_for_some_rows_and_not_others(layout, chunk_size):
     a, p, negs = layout_inputs(layout, 10, seed=22, noise=mixed_noise(10))
-    want, clamped = debiased_loop(a, p, negs, TAU, 0.4, 1.0, layout == "simclr", True)
+    clamped = assert_matches_loop(_loss, a, p, negs, layout, tau_plus=0.4, beta=1.0, chunk_size=chunk_size)
     assert any(clamped) and not all(clamped), clamped  # both branches are exercised by these inputs
-    got = _loss(a, p, negs, layout, temperature=TAU, tau_plus=0.4, beta=1.0, reduction="none", chunk_size=chunk_size)
-    torch.testing.assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=1e-10, atol=0)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -86,29 +78,13 @@ def test_loss_grows_with_beta(layout):
 @pytest.mark.parametrize("chunk_size", [None, 2])
 def test_gradcheck_float64(layout, chunk_size):
     a, p, negs = layout_inputs(layout, 5, seed=26, noise=0.5)
-    leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
-    leaves.append(torch.tensor(0.4, dtype=torch.float64, requires_grad=True))  # a learnable τ
-
-    def fn(*xs):
-        n = xs[2] if negs is not None else None
-        return _loss(
-            xs[0], xs[1], n, layout, temperature=xs[-1], tau_plus=0.2, beta=1.5, chunk_size=chunk_size, reduction="none"
-        )
-
-    assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7)
+    assert_gradcheck(_loss, a, p, negs, layout, tau_plus=0.2, beta=1.5, chunk_size=chunk_size)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_dense_equals_tiled_with_gradients(layout):
     a, p, negs = layout_inputs(layout, 13, seed=27, noise=0.5)
-    out = []
-    for chunk_size in (None, 4):
-        x, y = a.clone().requires_grad_(), p.clone().requires_grad_()
-        loss = _loss(x, y, negs, layout, temperature=0.3, tau_plus=0.1, beta=1.0, chunk_size=chunk_size)
-        loss.backward()
-        out.append((loss.detach(), x.grad, y.grad))
-    for got, want in zip(out[1], out[0], strict=True):
-        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-14)
+    assert_dense_equals_tiled(_loss, a, p, negs, layout, temperature=0.3, tau_plus=0.1, beta=1.0)
 
 
 def test_module_equals_function_and_shows_its_hyperparameters():

@@ -29,6 +29,11 @@ def _data(n: int, m: int | None, seed: int):
     return a, p, negs, mask, w
 
 
+def _masked(a, p, negs, mask, w, variant, **kw):
+    """:func:`info_nce` at τ = ``TAU`` with ``positive_mask=mask`` and ``weights=w``."""
+    return info_nce(a, p, negs, temperature=TAU, variant=variant, positive_mask=mask, weights=w, **kw)
+
+
 def _cos(x: torch.Tensor, y: torch.Tensor) -> float:
     return float(x @ y / (x.norm() * y.norm()))
 
@@ -62,19 +67,9 @@ def test_equals_the_naive_loop(mode, variant, use, chunk_size):
     a, p, negs, mask, w = _data(9, None if mode == "inbatch" else 7, seed=1)
     mask = mask if use in ("mask", "both") else None
     w = w if use in ("weights", "both") else None
-    got = info_nce(
-        a,
-        p,
-        negs,
-        temperature=TAU,
-        variant=variant,
-        positive_mask=mask,
-        weights=w,
-        reduction="none",
-        chunk_size=chunk_size,
-    )
+    got = _masked(a, p, negs, mask, w, variant, reduction="none", chunk_size=chunk_size)
     torch.testing.assert_close(got, naive(a, p, negs, mask, w, variant), rtol=1e-10, atol=1e-12)
-    mean = info_nce(a, p, negs, temperature=TAU, variant=variant, positive_mask=mask, weights=w, chunk_size=chunk_size)
+    mean = _masked(a, p, negs, mask, w, variant, chunk_size=chunk_size)
     torch.testing.assert_close(mean, got.mean(), rtol=1e-12, atol=0)
 
 
@@ -120,17 +115,8 @@ def test_gradcheck_float64(mode, variant, chunk_size):
     leaves = [a.requires_grad_(), p.requires_grad_()] + ([] if negs is None else [negs.requires_grad_()])
 
     def fn(*xs):
-        return info_nce(
-            xs[0],
-            xs[1],
-            None if negs is None else xs[2],
-            temperature=TAU,
-            variant=variant,
-            positive_mask=mask,
-            weights=w,
-            reduction="none",
-            chunk_size=chunk_size,
-        )
+        n = None if negs is None else xs[2]
+        return _masked(xs[0], xs[1], n, mask, w, variant, reduction="none", chunk_size=chunk_size)
 
     assert torch.autograd.gradcheck(fn, leaves, eps=1e-6, atol=1e-7)
 

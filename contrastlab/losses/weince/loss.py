@@ -106,13 +106,11 @@ from contrastlab.losses._common import (
     REDUCTIONS,
     TemperatureLike,
     check_finite_loss,
-    check_negatives,
-    check_pair,
+    check_inputs,
     check_temperature,
     device_of,
     gather_rows,
     l2_normalize,
-    resolve_loss_options,
     temperature_repr,
 )
 from contrastlab.losses._docs import shared_docs
@@ -390,10 +388,9 @@ def weince_with(
     checked: dict[str, Any] = {}
 
     def check() -> int:
-        n_local, _ = check_pair("z_a", z_a, "z_b", z_b)
-        check_negatives(negatives, "z_a", z_a)
-        inputs = (z_a, z_b, *(() if negatives is None else (negatives,)))
-        checked["dtype"], checked["inv_t"] = resolve_loss_options(temperature, reduction, *inputs)
+        n_local, checked["dtype"], checked["inv_t"] = check_inputs(
+            z_a, z_b, negatives, temperature=temperature, reduction=reduction, names=("z_a", "z_b")
+        )
         check_bool("return_stats", return_stats)
         check_compiled(compiled)
         checked["chunk_size"] = tiled.check_chunk_size(chunk_size)

@@ -20,6 +20,7 @@ from contrastlab.losses.weince import (
     tail_size,
     update_beta_ema,
 )
+from tests.losses.weince._fixed_statistics import FIXED_STATISTICS, FROZEN_GLOBAL_BETA, float64_views
 
 
 def _views(n: int, d: int, seed: int, dtype=torch.float32, corr: float = 0.7):
@@ -411,20 +412,16 @@ def test_no_gradient_through_lambda_or_beta():
 @pytest.mark.parametrize(
     "kw",
     [
-        {"fixed_lambda": 0.3, "beta_mode": "one"},
-        {"fixed_lambda": 1.0, "beta_mode": "global_ema", "beta_ema": 2.5},
-        {"fixed_lambda": 0.6, "beta_mode": "one", "aux_top_m": 3},
+        *FIXED_STATISTICS,
         {"fixed_lambda": 0.4, "beta_mode": "one", "negatives": "shared"},
         {"fixed_lambda": 0.4, "beta_mode": "global_ema", "beta_ema": 3.0, "negatives": "per_anchor"},
     ],
 )
 def test_gradcheck_float64_with_fixed_statistics(kw):
-    """With the stop-gradient statistics held fixed (λ fixed; β = 1 or a β_t that a global tail of
-    < 10 points cannot update) the analytic gradient matches finite differences."""
-    kw = dict(kw, global_beta=GlobalBetaConfig(tail_frac=0.01, min_tail=1))
-    g = torch.Generator().manual_seed(2)
-    za = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    zb = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    """With the stop-gradient statistics held fixed (λ fixed; β = 1 or a frozen β_t) the analytic gradient
+    matches finite differences."""
+    kw = dict(kw, global_beta=FROZEN_GLOBAL_BETA)
+    za, zb, g = float64_views()
     mode = kw.pop("negatives", None)
     inputs = [za, zb]
     if mode == "shared":

@@ -11,6 +11,7 @@ from torch.utils._pytree import tree_flatten
 from contrastlab.losses import weince
 from contrastlab.losses.weince import ENDPOINT_SHORTFALL, GlobalBetaConfig, anchor_tail_stats, global_tail_beta
 from contrastlab.losses.weince.stream import STREAM_BLOCK_BYTES, block_anchors, gather_dot
+from tests.losses.weince._fixed_statistics import FIXED_STATISTICS, FROZEN_GLOBAL_BETA, float64_views
 
 GB = GlobalBetaConfig(min_tail=64)  # a global tail of ≥ 10 points at these sizes: β_t moves
 
@@ -203,21 +204,17 @@ def test_float32_streamed_equals_the_fused_kernel():
 @pytest.mark.parametrize(
     "kw",
     [
-        {"fixed_lambda": 0.3, "beta_mode": "one"},
-        {"fixed_lambda": 1.0, "beta_mode": "global_ema", "beta_ema": 2.5},
-        {"fixed_lambda": 0.6, "beta_mode": "one", "aux_top_m": 3},
+        *FIXED_STATISTICS,
         {"fixed_lambda": 0.4, "beta_mode": "one", "reduction": "none"},
         {"fixed_lambda": 0.5, "beta_mode": "one", "temperature": "tensor"},
     ],
 )
 @pytest.mark.parametrize("chunk", [1, 3])
 def test_streamed_gradcheck_float64(kw, chunk):
-    """With the stop-gradient statistics held fixed (λ fixed; β = 1 or a β_t that a global tail of < 10
-    points cannot update) the streamed gradient, τ's included, matches finite differences."""
-    kw = dict(kw, global_beta=GlobalBetaConfig(tail_frac=0.01, min_tail=1), chunk_size=chunk)
-    g = torch.Generator().manual_seed(2)
-    za = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    zb = torch.randn(4, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    """With the stop-gradient statistics held fixed (λ fixed; β = 1 or a frozen β_t) the streamed gradient,
+    τ's included, matches finite differences."""
+    kw = dict(kw, global_beta=FROZEN_GLOBAL_BETA, chunk_size=chunk)
+    za, zb, _ = float64_views()
     inputs = [za, zb]
     if kw.get("temperature") == "tensor":
         del kw["temperature"]
