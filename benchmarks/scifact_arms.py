@@ -6,7 +6,7 @@ and is audited on its dev part (the dev queries against the whole corpus, ``cont
 Everything but the arm's own change is fixed beforehand, at sentence-transformers' usual settings: batch 32,
 peak learning rate 2e-5, AdamW with weight decay 0.01, 10% linear warm-up then linear decay, 256 tokens, one
 pair per relevant abstract, ``--epochs`` passes over the train part's pairs (the same number of steps for
-every arm). The arms:
+every arm but those given more passes). The arms:
 
 * ``st-mnrl`` — sentence-transformers' trainer, ``MultipleNegativesRankingLoss(scale=20)``, ``NO_DUPLICATES``;
 * ``infonce`` — ``contrastlab train``, InfoNCE at τ = 0.05 (= 1/scale), batches without false negatives;
@@ -19,19 +19,25 @@ every arm). The arms:
   one time in ten is taken for an unlabelled positive), in-batch negatives too;
 * ``hn-uncapped`` — the same negatives without the probability cap;
 * ``tau-star`` — InfoNCE at τ = 0.039, the τ* the base model's audit fits on the dev part (the mean of its two
-  cross-fitted folds, 0.0409 and 0.0375).
+  cross-fitted folds, 0.0409 and 0.0375);
+* ``st-mnrl-3ep`` — the baseline with three passes: about the training CPU of one pass with three hard
+  negatives per pair, so that a hard-negative arm is compared with a baseline of the same budget.
+
+The baseline every arm is compared with is whichever sentence-transformers arm (``st-mnrl``, ``st-mnrl-3ep``)
+has the best mean dev nDCG@10 over the seeds: its epochs chosen on dev, like every arm's.
 
 ``--table`` prints the table of what has finished (each arm's mean dev nDCG@10 over its seeds, its difference
-with ``st-mnrl`` over seeds × queries with the 95% two-level bootstrap interval, the seed-random-effect test's
-p and its Holm adjustment, mean training wall time and peak memory, and the audit's diagnostics of the paper:
+with the baseline over seeds × queries with the 95% two-level bootstrap interval, the seed-random-effect test's
+p and its Holm adjustment, mean training CPU and wall time and peak memory, and the audit's diagnostics of the paper:
 τ*, the held-out cross-entropy of the softmax search at τ*, the GPD shape ξ̂ of the hardest negatives, the norm
 claims) without training anything.
 
 Each (arm, seed) is one subprocess for training and one for the audit, and keeps its output, so a rerun
-resumes. At the end every arm is compared with ``st-mnrl`` by ``contrastlab compare`` over seeds × queries
-(the two-level bootstrap and the seed-as-random-effect test, Holm over the arms), and the table is printed with
-each arm's mean dev nDCG@10, training wall time and peak memory (from ``results.json``; sentence-transformers':
-the child's peak RSS). Wall times are only comparable on a quiet machine.
+resumes. At the end every arm whose seeds have all finished is compared with the baseline by ``contrastlab
+compare`` over seeds × queries (the two-level bootstrap and the seed-as-random-effect test, Holm over the arms;
+``--compare`` redoes it without training), and ``--table`` prints each arm's mean dev nDCG@10, training CPU and
+wall time and peak memory (from ``results.json``; sentence-transformers': the child's peak RSS). Wall times are
+only comparable on a quiet machine.
 
     python benchmarks/scifact_arms.py --seeds 0 1 2 --out runs/scifact-arms
 """
@@ -66,6 +72,8 @@ class Arm:
     mine: tuple[str, ...] | None = None
     """``contrastlab mine`` options of the arm's hard negatives (mined once by the base model, the job then reads
     the mined pairs file); None: the task's pairs, no mined negatives"""
+    epochs: int = 1
+    """passes over the train part's pairs, times ``--epochs``: an arm given more of the compute budget"""
 
 
 ARMS = (
@@ -81,9 +89,14 @@ ARMS = (
     Arm("hn-capped", "3 mined hard negatives, P(c|a) ≤ 0.1", mine=("--max_probability", "0.1")),
     Arm("hn-uncapped", "3 mined hard negatives, no cap", mine=()),
     Arm("tau-star", "InfoNCE at the base model's τ* 0.039", ("--loss.temperature", "0.039")),
+    Arm("st-mnrl-3ep", "sentence-transformers MNRL, three passes: the CPU of one pass with 3 hard negatives", epochs=3),
 )
 #: The order the (arm, seed) runs go in: the baseline pair first, every arm's seeds together.
-PRIORITY = ("st-mnrl", "infonce", "hn-capped", "weince", "tau-learned", "hn-uncapped", "debiased", "tau-star")
+PRIORITY = (
+    "st-mnrl", "infonce", "hn-capped", "weince", "tau-star", "debiased", "hn-uncapped", "st-mnrl-3ep", "tau-learned",
+)  # fmt: skip
+#: The sentence-transformers arms: the baseline is whichever of them scores best on dev (its epochs chosen on dev).
+BASELINES = ("st-mnrl", "st-mnrl-3ep")
 #: (results.json metric, column) of the audit's diagnostics beside each arm's score.
 DIAGNOSTICS = (
     ("tau_star_fold_a", "τ* (fold a)"),
@@ -139,7 +152,7 @@ def train_arm(arm: Arm, seed: int, folder: Path, job: Path, task: Path, steps: i
     folder.mkdir(parents=True, exist_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    if arm.name != "st-mnrl":
+    if arm.name not in BASELINES:
         cli("train", str(job), "--out", str(folder / "run"), "--quiet", "--train.seed", str(seed), *arm.overrides)
         results = json.loads((folder / "run" / "results.json").read_text())
         peak = results["peak_memory"]["bytes"]
@@ -167,18 +180,51 @@ def audit(model: str, task: Path, where: Path) -> float:
     return float(json.loads((where / "results.json").read_text())["metrics"]["ndcg_at_10"])
 
 
+def finished(out: Path, seeds: list[int]) -> dict[str, float]:
+    """Each arm whose every seed has its audit: its mean dev nDCG@10, in :data:`PRIORITY` order."""
+    means = {}
+    for arm in sorted(ARMS, key=lambda a: PRIORITY.index(a.name)):
+        audits = [out / arm.name / f"seed{s}" / "audit" / "results.json" for s in seeds]
+        if all(a.is_file() for a in audits):
+            scores = [json.loads(a.read_text())["metrics"]["ndcg_at_10"] for a in audits]
+            means[arm.name] = sum(scores) / len(scores)
+    return means
+
+
+def baseline(means: dict[str, float]) -> str | None:
+    """The sentence-transformers arm with the best mean dev nDCG@10: the baseline's epochs, chosen on dev."""
+    done = [name for name in BASELINES if name in means]
+    return max(done, key=lambda name: means[name]) if done else None
+
+
+def compare_arms(out: Path, seeds: list[int]) -> None:
+    """``contrastlab compare`` of every finished arm against the baseline over seeds × queries, into ``out/compare``."""
+    means = finished(out, seeds)
+    first = baseline(means)
+    if first is None or len(means) < 2:
+        return
+    names = [first] + [name for name in means if name != first]
+    models = [f"{name}=" + ",".join(str(out / name / f"seed{s}" / "audit") for s in seeds) for name in names]
+    subprocess.run(
+        [sys.executable, "-m", "contrastlab", "compare", *models, "--out", str(out / "compare"),
+         "--metrics", "ndcg_at_10"],
+        check=True,
+    )  # fmt: skip
+
+
 def table(out: Path, seeds: list[int]) -> None:
     """The markdown table of every arm with finished seeds (see the module docstring)."""
     compare = out / "compare" / "results.json"
     found = json.loads(compare.read_text())["comparisons"] if compare.is_file() else []
     rows = {r["other"]: r for r in found if r["metric"] == "ndcg_at_10"}
-    head = ["arm", "seeds", "dev nDCG@10", "Δ vs st-mnrl [95%]", "p", "Holm p", "train wall", "peak mem"]
+    first = baseline(finished(out, seeds)) or "st-mnrl"
+    head = ["arm", "seeds", "dev nDCG@10", f"Δ vs {first} [95%]", "p", "Holm p", "train CPU", "train wall", "peak mem"]
     print("| " + " | ".join(head + [c for _, c in DIAGNOSTICS]) + " |")
     print("|" + "---|" * (len(head) + len(DIAGNOSTICS)))
     base = out / "base" / "audit" / "results.json"
     if base.is_file():
         m = json.loads(base.read_text())["metrics"]
-        cells = ["base (all-MiniLM-L6-v2)", "—", f"{m['ndcg_at_10']:.4f}", "—", "—", "—", "—", "—"]
+        cells = ["base (all-MiniLM-L6-v2)", "—", f"{m['ndcg_at_10']:.4f}", "—", "—", "—", "—", "—", "—"]
         print("| " + " | ".join(cells + [f"{m[k]:.4f}" for k, _ in DIAGNOSTICS]) + " |")
     for arm in sorted(ARMS, key=lambda a: PRIORITY.index(a.name)):
         done = [s for s in seeds if (out / arm.name / f"seed{s}" / "audit" / "results.json").is_file()]
@@ -190,9 +236,10 @@ def table(out: Path, seeds: list[int]) -> None:
         r = rows.get(arm.name)
         delta = f"{r['difference']:+.4f} [{r['low']:+.4f}, {r['high']:+.4f}]" if r else "—"
         p = (f"{r['p']:.3g}", f"{r['p_holm']:.3g}") if r else ("—", "—")
-        wall = sum(t["wall_s"] for t in trains) / len(trains)
+        cpu, wall = (sum(t[k] for t in trains) / len(trains) for k in ("cpu_s", "wall_s"))
         peak = sum(t["peak_rss_bytes"] for t in trains) / len(trains) / 2**30
-        cells = [arm.name, str(len(done)), f"{means['ndcg_at_10']:.4f}", delta, *p, f"{wall:.0f} s", f"{peak:.2f} GiB"]
+        cells = [arm.name, str(len(done)), f"{means['ndcg_at_10']:.4f}", delta, *p, f"{cpu:.0f} s", f"{wall:.0f} s"]
+        cells.append(f"{peak:.2f} GiB")
         print("| " + " | ".join(cells + [f"{means[k]:.4f}" for k, _ in DIAGNOSTICS]) + " |")
 
 
@@ -204,6 +251,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=[a.name for a in ARMS], choices=[a.name for a in ARMS])
     ap.add_argument("--table", action="store_true", help="print the table of what has finished, train nothing")
+    ap.add_argument("--compare", action="store_true", help="compare what has finished, then print the table")
     ap.add_argument("--st-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.st_child:  # one sentence-transformers fine-tune: --out FOLDER, --epochs STEPS, --seeds SEED
@@ -218,7 +266,9 @@ def main() -> int:
         print(f"no SciFact task at {args.task} (give --task DIR)", file=sys.stderr)
         return 2
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if args.table:
+    if args.table or args.compare:
+        if args.compare:
+            compare_arms(args.out.resolve(), args.seeds)
         table(args.out.resolve(), args.seeds)
         return 0
     out = args.out.resolve()
@@ -227,33 +277,27 @@ def main() -> int:
     steps = args.epochs * (len(scifact_train_pairs(task)[0]) // 32)
     job = out / "job.yaml"
     job.write_text(job_yaml(task, steps))
-    print(f"# {machine()}; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}; {steps} steps")
+    print(
+        f"# {machine()}; load average {' '.join(Path('/proc/loadavg').read_text().split()[:3])}; {steps} steps a pass"
+    )
     base = audit("minilm", task, out / "base" / "audit")
     print(f"base all-MiniLM-L6-v2: dev nDCG@10 {base:.4f}")
     arms = sorted((a for a in ARMS if a.name in args.arms), key=lambda a: PRIORITY.index(a.name))
     for arm in arms:
-        arm_job = job
-        if arm.mine is not None:
+        arm_job, arm_steps = job, arm.epochs * steps
+        if arm.mine is not None or arm.epochs != 1:
             arm_job = out / f"job-{arm.name}.yaml"
-            arm_job.write_text(job_yaml(task, steps, mined_pairs(arm, task, out)))
+            arm_job.write_text(job_yaml(task, arm_steps, mined_pairs(arm, task, out) if arm.mine is not None else None))
         for seed in args.seeds:
             folder = out / arm.name / f"seed{seed}"
-            rec = train_arm(arm, seed, folder, arm_job, task, steps)
+            rec = train_arm(arm, seed, folder, arm_job, task, arm_steps)
             score = audit(rec["model"], task, folder / "audit")
             peak = rec["peak_rss_bytes"]
             print(
                 f"{arm.name:<12} seed {seed}: dev nDCG@10 {score:.4f}  train {rec['wall_s']:.0f} s wall, "
                 f"{rec['cpu_s']:.0f} s CPU, peak {peak / 2**30 if peak else float('nan'):.2f} GiB"
             )
-    runs = {a.name: ",".join(str(out / a.name / f"seed{s}" / "audit") for s in args.seeds) for a in arms}
-    if "st-mnrl" in runs and len(runs) > 1:
-        models = [f"{name}={paths}" for name, paths in runs.items()]
-        st_first = [m for m in models if m.startswith("st-mnrl=")] + [m for m in models if not m.startswith("st-mnrl=")]
-        subprocess.run(
-            [sys.executable, "-m", "contrastlab", "compare", *st_first, "--out", str(out / "compare"),
-             "--metrics", "ndcg_at_10"],
-            check=True,
-        )  # fmt: skip
+    compare_arms(out, args.seeds)
     print(f"load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     return 0
 
