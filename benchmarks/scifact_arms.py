@@ -34,10 +34,10 @@ claims) without training anything.
 
 Each (arm, seed) is one subprocess for training and one for the audit, and keeps its output, so a rerun
 resumes. At the end every arm whose seeds have all finished is compared with the baseline by ``contrastlab
-compare`` over seeds × queries (the two-level bootstrap and the seed-as-random-effect test, Holm over the arms;
-``--compare`` redoes it without training), and ``--table`` prints each arm's mean dev nDCG@10, training CPU and
-wall time and peak memory (from ``results.json``; sentence-transformers': the child's peak RSS). Wall times are
-only comparable on a quiet machine.
+compare`` over seeds × queries into ``compare-seeds-…`` (the two-level bootstrap and the seed-as-random-effect
+test, Holm over the arms; ``--compare`` redoes it without training), and ``--table`` prints each arm's mean dev
+nDCG@10, training CPU and wall time and peak memory (from ``results.json``; sentence-transformers': the
+child's peak RSS). Wall times are only comparable on a quiet machine.
 
     python benchmarks/scifact_arms.py --seeds 0 1 2 --out runs/scifact-arms
 """
@@ -197,8 +197,13 @@ def baseline(means: dict[str, float]) -> str | None:
     return max(done, key=lambda name: means[name]) if done else None
 
 
+def compare_folder(out: Path, seeds: list[int]) -> Path:
+    """Where the comparison over ``seeds`` goes: one folder per set of seeds, so a one-seed look keeps the rest."""
+    return out / ("compare-seeds-" + "-".join(str(s) for s in seeds))
+
+
 def compare_arms(out: Path, seeds: list[int]) -> None:
-    """``contrastlab compare`` of every finished arm against the baseline over seeds × queries, into ``out/compare``."""
+    """``contrastlab compare`` of every finished arm against the baseline over seeds × queries."""
     means = finished(out, seeds)
     first = baseline(means)
     if first is None or len(means) < 2:
@@ -206,7 +211,7 @@ def compare_arms(out: Path, seeds: list[int]) -> None:
     names = [first] + [name for name in means if name != first]
     models = [f"{name}=" + ",".join(str(out / name / f"seed{s}" / "audit") for s in seeds) for name in names]
     subprocess.run(
-        [sys.executable, "-m", "contrastlab", "compare", *models, "--out", str(out / "compare"),
+        [sys.executable, "-m", "contrastlab", "compare", *models, "--out", str(compare_folder(out, seeds)),
          "--metrics", "ndcg_at_10"],
         check=True,
     )  # fmt: skip
@@ -214,7 +219,7 @@ def compare_arms(out: Path, seeds: list[int]) -> None:
 
 def table(out: Path, seeds: list[int]) -> None:
     """The markdown table of every arm with finished seeds (see the module docstring)."""
-    compare = out / "compare" / "results.json"
+    compare = compare_folder(out, seeds) / "results.json"
     found = json.loads(compare.read_text())["comparisons"] if compare.is_file() else []
     rows = {r["other"]: r for r in found if r["metric"] == "ndcg_at_10"}
     first = baseline(finished(out, seeds)) or "st-mnrl"
