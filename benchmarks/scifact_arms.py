@@ -16,8 +16,17 @@ every arm but those given more passes). The arms:
 * ``hn-capped`` — InfoNCE with 3 hard negatives per pair mined by the base model (``contrastlab mine``: the
   train part's distinct abstracts as the corpus, the 3 most similar survivors) whose softmax-search
   probability at τ 0.05 is at most 0.1 (``--max_probability 0.1``: a candidate the search would pick more than
-  one time in ten is taken for an unlabelled positive), in-batch negatives too;
+  one time in ten is taken for an unlabelled positive); each query is contrasted with its own 3 negatives
+  alone (a pairs file's negative columns are per-anchor negatives), which is support-corrected InfoNCE
+  (Zaliaduonis et al. 2026, eq. 8) with the anchor's mined neighbourhood standing for the support K(z) its
+  negatives are drawn from: ``--loss.name support_corrected`` is the same call;
 * ``hn-uncapped`` — the same negatives without the probability cap;
+* ``hn-batch`` — the capped negatives shown to every anchor of the batch beside the batch's positives
+  (``data.text.negative_columns: batch``: 32 + 96 candidates, sentence-transformers' MNRL with hard negatives);
+* ``hn-batch-r2`` — a second round: ``hn-batch`` again from the base model, its negatives mined (capped) by
+  the same seed's ``hn-batch`` model;
+* ``gc-128``, ``gc-512`` — InfoNCE on batches of 128 and 512 pairs through gradient caching (mini-batches of
+  32), three passes, the learning rate scaled with the square root of the batch (4e-5, 8e-5);
 * ``tau-star`` — InfoNCE at τ = 0.039, the τ* the base model's audit fits on the dev part (the mean of its two
   cross-fitted folds, 0.0409 and 0.0375);
 * ``st-mnrl-3ep`` — the baseline with three passes: about the training CPU of one pass with three hard
@@ -76,6 +85,15 @@ class Arm:
     the mined pairs file); None: the task's pairs, no mined negatives"""
     epochs: int = 1
     """passes over the train part's pairs, times ``--epochs``: an arm given more of the compute budget"""
+    batch: int = 32
+    """pairs per step (a pass is the train part's pairs // ``batch`` steps)"""
+    mine_with: str | None = None
+    """the arm whose model of the same seed mines the negatives (a second round); None: the base model"""
+
+
+def _cached(lr: float) -> tuple[str, ...]:
+    """Overrides of a large-batch arm: gradient caching in mini-batches of 32 (the memory of batch 32)."""
+    return ("--train.embed_minibatch", "32", "--train.optim.lr", str(lr))
 
 
 ARMS = (
@@ -93,10 +111,26 @@ ARMS = (
     Arm("tau-star", "InfoNCE at the base model's τ* 0.039", ("--loss.temperature", "0.039")),
     Arm("st-mnrl-3ep", "sentence-transformers MNRL, three passes: the CPU of one pass with 3 hard negatives", epochs=3),
     Arm("tau-star-3ep", "InfoNCE at τ* 0.039, three passes", ("--loss.temperature", "0.039"), epochs=3),
+    Arm(
+        "hn-batch",
+        "3 capped hard negatives shown to the whole batch",
+        ("--data.text.negative_columns", "batch"),
+        mine=("--max_probability", "0.1"),
+    ),
+    Arm(
+        "hn-batch-r2",
+        "hn-batch, negatives mined by its own model",
+        ("--data.text.negative_columns", "batch"),
+        mine=("--max_probability", "0.1"),
+        mine_with="hn-batch",
+    ),
+    Arm("gc-128", "batch 128 (gradient caching), lr 4e-5, three passes", _cached(4e-5), epochs=3, batch=128),
+    Arm("gc-512", "batch 512 (gradient caching), lr 8e-5, three passes", _cached(8e-5), epochs=3, batch=512),
 )
 #: The order the (arm, seed) runs go in: the baseline pair first, every arm's seeds together.
 PRIORITY = (
     "st-mnrl", "infonce", "hn-capped", "weince", "tau-star", "debiased", "hn-uncapped", "st-mnrl-3ep", "tau-star-3ep", "tau-learned",
+    "hn-batch", "gc-128", "hn-batch-r2", "gc-512",
 )  # fmt: skip
 #: The sentence-transformers arms: the baseline is whichever of them scores best on dev (its epochs chosen on dev).
 BASELINES = ("st-mnrl", "st-mnrl-3ep")
@@ -110,14 +144,14 @@ DIAGNOSTICS = (
 )
 
 
-def job_yaml(task: Path, steps: int, mined: Path | None = None) -> str:
+def job_yaml(task: Path, steps: int, mined: Path | None = None, batch: int = 32) -> str:
     """The job every ``contrastlab train`` arm starts from: the task's train part, or a mined pairs file."""
     source = f"""  sources:
     datasets: [{{kind: task, path: "{task}", split: train, part: train, dev_fraction: 0.2, seed: 0}}]"""
     data = f'  name: text\n  text: {{path: "{mined}"}}' if mined else f"  name: sources\n{source}"
     return f"""data:
 {data}
-  batch_size: 32
+  batch_size: {batch}
 encoder: {{name: minilm, out_dim: 384, max_seq_length: 256}}
 loss: {{name: info_nce, temperature: 0.05}}
 train:
@@ -134,16 +168,19 @@ def cli(*argv: str) -> None:
     subprocess.run([sys.executable, "-m", "contrastlab", *argv], check=True, stdout=subprocess.DEVNULL)
 
 
-def mined_pairs(arm: Arm, task: Path, out: Path) -> Path:
-    """The arm's pairs file with hard negatives, mined once by the base model from the train part's pairs."""
-    mined = out / f"mined-{arm.name}.jsonl"
+def mined_pairs(arm: Arm, task: Path, out: Path, seed: int) -> Path:
+    """The arm's pairs file with hard negatives mined from the train part's pairs (see :attr:`Arm.mine_with`)."""
+    model = "minilm" if arm.mine_with is None else str(out / arm.mine_with / f"seed{seed}" / "run")
+    mined = out / (f"mined-{arm.name}.jsonl" if arm.mine_with is None else f"mined-{arm.name}-seed{seed}.jsonl")
+    if arm.mine_with is not None and not (out / arm.mine_with / f"seed{seed}" / "train.json").is_file():
+        raise SystemExit(f"arm {arm.name} mines with {arm.mine_with}'s seed {seed}: train that first")
     if not mined.is_file():
         pairs = out / "train-pairs.jsonl"
         anchors, positives = scifact_train_pairs(task)
         rows = (json.dumps({"anchor": a, "positive": p}) for a, p in zip(anchors, positives, strict=True))
         pairs.write_text("\n".join(rows) + "\n")
         assert arm.mine is not None
-        cli("mine", "minilm", "--pairs", str(pairs), "--out", str(mined), "--quiet", "--num_negatives", "3", *arm.mine)
+        cli("mine", model, "--pairs", str(pairs), "--out", str(mined), "--quiet", "--num_negatives", "3", *arm.mine)
     return mined
 
 
@@ -292,11 +329,13 @@ def main() -> int:
     print(f"base all-MiniLM-L6-v2: dev nDCG@10 {base:.4f}")
     arms = sorted((a for a in ARMS if a.name in args.arms), key=lambda a: PRIORITY.index(a.name))
     for arm in arms:
-        arm_job, arm_steps = job, arm.epochs * steps
-        if arm.mine is not None or arm.epochs != 1:
-            arm_job = out / f"job-{arm.name}.yaml"
-            arm_job.write_text(job_yaml(task, arm_steps, mined_pairs(arm, task, out) if arm.mine is not None else None))
+        arm_steps = arm.epochs * args.epochs * (len(scifact_train_pairs(task)[0]) // arm.batch)
         for seed in args.seeds:
+            arm_job = job
+            if arm.mine is not None or arm_steps != steps or arm.batch != 32:
+                mined = mined_pairs(arm, task, out, seed) if arm.mine is not None else None
+                arm_job = out / (f"job-{arm.name}.yaml" if arm.mine_with is None else f"job-{arm.name}-seed{seed}.yaml")
+                arm_job.write_text(job_yaml(task, arm_steps, mined, arm.batch))
             folder = out / arm.name / f"seed{seed}"
             rec = train_arm(arm, seed, folder, arm_job, task, arm_steps)
             score = audit(rec["model"], task, folder / "audit")

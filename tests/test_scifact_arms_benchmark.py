@@ -26,13 +26,20 @@ def test_every_arm_has_a_unique_name_and_a_place_in_the_order() -> None:
 def test_each_contrastlab_arm_is_a_valid_job(arm, tmp_path: Path) -> None:
     mined = tmp_path / "mined.jsonl" if arm.mine is not None else None
     job = tmp_path / "job.yaml"
-    job.write_text(scifact_arms.job_yaml(tmp_path / "task", 23, mined))
+    job.write_text(scifact_arms.job_yaml(tmp_path / "task", 23, mined, arm.batch))
     _, subs = build_parser()
     _, overrides, _ = split_arguments(subs["train"], ["--train.seed", "1", *arm.overrides])
     config = load_job(str(job), overrides)
-    assert config.train.steps == 23 and config.train.seed == 1 and config.data.batch_size == 32
+    assert config.train.steps == 23 and config.train.seed == 1 and config.data.batch_size == arm.batch
     assert config.data.name == ("text" if mined else "sources")
     assert config.train.optim.schedule == "linear" and config.train.optim.warmup_steps == 2
+
+
+def test_a_second_round_mines_with_an_arm_that_runs_before_it() -> None:
+    order = scifact_arms.PRIORITY
+    for arm in scifact_arms.ARMS:
+        if arm.mine_with is not None:
+            assert arm.mine is not None and order.index(arm.mine_with) < order.index(arm.name)
 
 
 def test_the_baselines_are_sentence_transformers_arms_and_the_best_on_dev_is_chosen() -> None:

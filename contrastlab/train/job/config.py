@@ -96,6 +96,11 @@ class TextDataConfig:
     row whose text is another positive of the other's anchor: sampler (the default: such rows never share
     a batch, so every anchor keeps N − 1 negatives, for every loss), mask (batches as drawn, those columns
     left out of the loss's sums through its per-candidate `weights`: info_nce, dcl), off"""
+    negative_columns: Literal["own", "batch"] = "own"
+    """whose negatives a row's negative columns are: own (its own anchor's alone, per-anchor negatives
+    (N, K), no in-batch ones), batch (every anchor of the batch is contrasted with every row's positive and
+    negative columns, N + N·K candidates, as sentence-transformers' MultipleNegativesRankingLoss does with
+    hard negatives; a loss with per-candidate `weights`: info_nce, dcl)"""
     teacher_scores: str | None = None
     """a teacher's scores of each row's positive and negatives, as `contrastlab mine --teacher` writes them
     (PAIRS.teacher.jsonl), for the distillation losses margin_mse and distill_kl"""
@@ -482,8 +487,10 @@ class JobConfig:
             raise ConfigError(
                 f"negatives.kind={self.negatives.kind!r} needs a loss that takes negatives; {self.loss.name} does not"
             )
-        # a distillation loss takes the negatives its teacher scored: a pairs file's columns (checked by the runner)
-        if self.negatives.kind == "in_batch" and needs_negatives(fn) and not takes_teacher_scores(fn):
+        # a pairs file's negative columns (checked by the runner) serve a loss that needs negatives, and a
+        # distillation loss takes the negatives its teacher scored from them
+        text = self.data.name == "text"
+        if self.negatives.kind == "in_batch" and needs_negatives(fn) and not takes_teacher_scores(fn) and not text:
             raise ConfigError(
                 f"negatives.kind must be 'shared' or 'per_anchor' for loss {self.loss.name!r} (it needs negatives)"
             )

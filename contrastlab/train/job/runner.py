@@ -39,6 +39,7 @@ from contrastlab.train.job.config import (
     known_names,
     loss_registry,
     loss_signature,
+    needs_negatives,
     takes_labels,
     takes_teacher_scores,
 )
@@ -249,6 +250,33 @@ def call_loss(
     return prefixes.apply(loss, *args)
 
 
+def batch_candidates(positive: Tensor, negatives: Tensor) -> tuple[Tensor, Tensor]:
+    """Every row's positive and negatives as one set of candidates for every anchor (``negative_columns: batch``).
+
+    Args:
+        positive: this rank's positives. Shape ``(n, D)``.
+        negatives: this rank's per-anchor negatives. Shape ``(n, K, D)``.
+
+    Returns:
+        ``(candidates, weights)``: ``candidates`` of shape ``(n + n·K, D)``, this rank's positives then its
+        negatives row by row; ``weights`` of shape ``(n, M)`` over every rank's candidates (the loss gathers
+        them in rank order, M their total), 1 but 0 for the copy of anchor i's own positive among them, which
+        the loss already holds as its positive. The loss of anchor i is then −log of its positive's share among
+        every positive and negative of the batch: sentence-transformers' MultipleNegativesRankingLoss with
+        hard negatives.
+    """
+    from contrastlab import distributed as cd
+
+    n = positive.shape[0]
+    candidates = torch.cat([positive, negatives.reshape(-1, positive.shape[-1])])
+    sizes = cd.all_sizes(candidates.shape[0], candidates.device)
+    offset = sum(sizes[: cd.rank()])
+    weights = torch.ones(n, sum(sizes), dtype=positive.dtype, device=positive.device)
+    rows = torch.arange(n, device=positive.device)
+    weights[rows, offset + rows] = 0.0
+    return candidates, weights
+
+
 def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) -> EmbeddingObjective:
     """The objective for :func:`~contrastlab.train.fit` from ``config.loss``/``negatives`` (batch negatives).
 
@@ -270,6 +298,8 @@ def make_loss_fn(config: JobConfig, parameters: LossParameters | None = None) ->
         negs = None if raw is None else emb[2 * n :].view(*raw.shape[: raw.ndim - batch["anchor"].ndim + 1], -1)
         false_negative = batch.get("false_negative")  # (n, N) of data.text.false_negatives: mask
         weights = None if false_negative is None else (~false_negative).to(emb.dtype)
+        if negs is not None and negs.ndim == 3 and config.data.text.negative_columns == "batch":
+            negs, weights = batch_candidates(emb[n : 2 * n], negs)
         return call_loss(
             config.loss, emb[:n], emb[n : 2 * n], labels=batch.get("labels"), negatives=negs, gather=True,
             parameters=parameters, matryoshka=config.matryoshka, weights=weights,
@@ -326,8 +356,9 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
     """Held-out metrics: loss, alignment, uniformity; with latents the linear R²; with labels a linear probe.
 
     The loss is the mean over consecutive held-out chunks of ``data.batch_size`` pairs with in-batch
-    negatives, so it is comparable with the training loss (same number of negatives); a distillation loss
-    has no held-out value (the held-out pairs carry no teacher scores).
+    negatives, so it is comparable with the training loss (same number of negatives); a loss that needs
+    negatives beyond the batch (support-corrected InfoNCE, the distillation losses) has no held-out value:
+    the held-out pairs carry no negatives and no teacher scores.
 
     Alignment and uniformity follow Wang & Isola (2020, arXiv 2005.10242), eqs. 4–5 (α = 2, t = 2) on the
     loss's embeddings. ``latent_r2`` is the linear-identifiability score of Zimmermann et al. (2021,
@@ -342,7 +373,8 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
 
     held_out = source.eval_batch
     b = min(config.data.batch_size, held_out["anchor"].shape[0])
-    distils = takes_teacher_scores(loss_registry()[config.loss.name])  # held-out pairs carry no teacher scores
+    fn = loss_registry()[config.loss.name]
+    no_loss = takes_teacher_scores(fn) or needs_negatives(fn)  # held-out pairs carry no negatives nor scores
 
     def eval_fn(model: nn.Module, step: int) -> dict[str, float]:
         device = next(model.parameters()).device
@@ -362,7 +394,7 @@ def make_eval_fn(config: JobConfig, source: DataSource) -> Callable[[nn.Module, 
                 )
             )
             for i in range(0, a.shape[0] - b + 1, b)
-            if not distils
+            if not no_loss
         ]
         out = {"loss": sum(chunk_losses) / len(chunk_losses)} if chunk_losses else {}
         out.update({"alignment": float(alignment(a, p)), "uniformity": float(uniformity(a))})

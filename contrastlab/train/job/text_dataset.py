@@ -41,7 +41,14 @@ from contrastlab.data.text.codes import texts_to_codes
 from contrastlab.data.text.conflict_free import ConflictFreeSampler, false_negative_mask
 from contrastlab.data.text.keys import row_keys as keys_of_rows
 from contrastlab.data.text.keys import text_keys
-from contrastlab.train.job.config import EncoderConfig, JobConfig, loss_registry, loss_signature, takes_teacher_scores
+from contrastlab.train.job.config import (
+    EncoderConfig,
+    JobConfig,
+    loss_registry,
+    loss_signature,
+    needs_negatives,
+    takes_teacher_scores,
+)
 from contrastlab.train.job.data_source import DataSource
 
 if TYPE_CHECKING:
@@ -51,8 +58,9 @@ if TYPE_CHECKING:
 
 __all__ = ["build_texts", "text_batch", "row_keys", "tokenizer_folder", "train_sampler", "NEGATIVE_LOSSES"]
 
-NEGATIVE_LOSSES = ("info_nce", "dcl")
-"""Losses that take a file's negative columns as per-anchor hard negatives ``(N, K, D)``."""
+NEGATIVE_LOSSES = ("info_nce", "dcl", "support_corrected")
+"""Losses that take a file's negative columns as per-anchor hard negatives ``(N, K, D)`` (support-corrected
+InfoNCE: the mined neighbours of each anchor stand for the support its negatives are drawn from)."""
 
 
 @functools.lru_cache(maxsize=2)
@@ -208,6 +216,21 @@ def build_texts(config: JobConfig) -> DataSource:
         raise ConfigError(
             f"loss.name {config.loss.name!r} takes no negatives from data.text.path ({k} negative column(s)); "
             f"use {' or '.join(NEGATIVE_LOSSES)}, or drop the columns"
+        )
+    fn = loss_registry()[config.loss.name]
+    if not k and needs_negatives(fn) and not takes_teacher_scores(fn):
+        raise ConfigError(
+            f"loss.name {config.loss.name!r} needs negatives: data.text.path has no negative columns "
+            "(contrastlab mine writes a pairs file with them)"
+        )
+    if (
+        k
+        and config.data.text.negative_columns == "batch"
+        and "weights" not in loss_signature(loss_registry()[config.loss.name])
+    ):
+        raise ConfigError(
+            f"data.text.negative_columns 'batch' needs a loss with per-candidate weights (info_nce, dcl), "
+            f"got loss {config.loss.name!r}"
         )
     sampler, own, protected = train_sampler(config, train, config.train.seed)
     mask_batches = config.data.text.false_negatives == "mask"

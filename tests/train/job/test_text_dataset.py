@@ -20,6 +20,8 @@ from contrastlab.train.job.config import (
     LossConfig,
     TextDataConfig,
     loss_registry,
+    needs_negatives,
+    takes_teacher_scores,
 )
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.runner import build_encoder, check_job, make_loss_fn, run_job
@@ -70,10 +72,11 @@ def test_file_source_batches_hold_out_the_last_rows_and_carry_negative_columns(p
 def test_every_loss_trains_a_text_encoder_or_is_refused_by_name(name: str, tmp_path: Path, bert: Path) -> None:
     p = tmp_path / "pairs.jsonl"  # two columns: no negatives, so every loss that can go without them runs
     p.write_text("".join(json.dumps(list(r[:2])) + "\n" for r in ROWS), encoding="utf-8")
-    try:
-        cfg = job(p, bert, name=name, temperature=0.5)
-    except ValueError as e:  # a loss that needs fresh negatives (support_corrected) says so, naming the field
-        assert str(e).startswith("negatives.kind must be"), e
+    cfg = job(p, bert, name=name, temperature=0.5)
+    fn = loss_registry()[name]
+    if needs_negatives(fn) and not takes_teacher_scores(fn):  # support_corrected says where negatives come from
+        with pytest.raises(ValueError, match=rf"^loss\.name '{name}' needs negatives: data\.text\.path has no"):
+            DATA_BUILDERS["text"](cfg)
         return
     source = DATA_BUILDERS["text"](cfg)
     if name in ("margin_mse", "distill_kl"):  # distillation needs a teacher's scores of negative columns
@@ -107,9 +110,34 @@ def test_negative_columns_reach_every_loss_that_takes_negatives(name: str, pairs
     with torch.no_grad():
         emb = embed(model, rows)
         a, p, negs = emb[:4], emb[4:8], emb[8:].reshape(4, 1, -1)  # row i's own negative text: (N, K = 1, D)
-        without = objective(model, {k: v for k, v in batch.items() if k != "negatives"})
         torch.testing.assert_close(loss.detach(), fn(a, p, negs, temperature=0.5), rtol=1e-10, atol=0)
-        torch.testing.assert_close(without, fn(a, p, temperature=0.5), rtol=1e-10, atol=0)  # in-batch negatives
+        if not needs_negatives(fn):  # in-batch negatives
+            without = objective(model, {k: v for k, v in batch.items() if k != "negatives"})
+            torch.testing.assert_close(without, fn(a, p, temperature=0.5), rtol=1e-10, atol=0)
+
+
+@pytest.mark.parametrize("name", ["info_nce", "dcl"])
+def test_batch_negative_columns_are_every_anchors_candidates(name: str, pairs_file: Path, bert: Path) -> None:
+    # data.text.negative_columns: batch is sentence-transformers' MultipleNegativesRankingLoss with hard
+    # negatives: anchor i against every row's positive and negative. The reference is a loop over anchors
+    # written from that definition (float64, eval mode: the same rows embedded alike, up to rounding)
+    cfg = job(pairs_file, bert, name=name, temperature=0.5)
+    cfg = replace(cfg, data=replace(cfg.data, text=replace(cfg.data.text, negative_columns="batch")))
+    source = DATA_BUILDERS["text"](cfg)
+    torch.manual_seed(0)
+    model = build_encoder(cfg, source).double().eval()
+    objective, batch = make_loss_fn(cfg), source.batch_at(0)
+    loss = objective(model, batch)
+    with torch.no_grad():
+        emb = torch.nn.functional.normalize(embed(model, objective.rows(batch)), dim=-1)
+        a, p, negs = emb[:4], emb[4:8], emb[8:]  # negs: row i's one negative column, (N·K, D)
+        terms = []
+        for i in range(4):
+            others = [p[j] for j in range(4) if j != i] + list(negs)
+            logits = torch.stack([a[i] @ c for c in [p[i], *others]]) / 0.5
+            kept = logits if name == "info_nce" else logits[1:]  # DCL leaves the positive out of the sum
+            terms.append(torch.logsumexp(kept, 0) - logits[0])
+        torch.testing.assert_close(loss.detach(), torch.stack(terms).mean(), rtol=1e-10, atol=0)
 
 
 def _grads(model: torch.nn.Module) -> list[torch.Tensor]:
@@ -210,6 +238,12 @@ def test_cli_bad_text_inputs_exit_2_with_one_line_and_write_nothing(
     _fails_cleanly([*base, "--encoder.name", "bert"], out, capsys, "known encoders:", "minilm", "sentence_transformers")
     _fails_cleanly([*base, "--encoder.out_dim", "8"], out, capsys, "encoder.out_dim must be 16")
     _fails_cleanly([*base, "--loss.name", "nt_xent"], out, capsys, "loss.name 'nt_xent' takes no negatives")
+    _fails_cleanly(
+        [*base, "--loss.name", "support_corrected", "--data.text.negative_columns", "batch"],
+        out,
+        capsys,
+        "data.text.negative_columns 'batch' needs a loss with per-candidate weights",
+    )
     _fails_cleanly(["train", str(bert_job_yaml), "--data.name", "concepts"], out, capsys, "needs text data")
     assert cli.main([*base, "--out", str(out), *SHORT]) == 0, capsys.readouterr().err  # the same job, well formed
     assert json.loads((out / "results.json").read_text())["metrics"]["train_loss"] is not None
