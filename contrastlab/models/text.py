@@ -19,7 +19,8 @@ as much as the longest passage. The encoder therefore sorts the rows by token le
 groups, each padded to its own longest row (:func:`length_groups`). With the attention mask, a row's
 embedding does not depend on how much padding its batch has, so the embeddings are those of the stack
 padded as one batch, to the rounding of the matrix products at another shape. Attention runs through
-PyTorch's ``scaled_dot_product_attention`` wherever the model supports it (:func:`use_sdpa`), and
+PyTorch's ``scaled_dot_product_attention`` wherever the model supports it (:func:`use_sdpa`; in training
+its dropout path keeps a 1-byte mask, :mod:`contrastlab.models.attention`), and
 :meth:`TransformerTextEncoder.enable_gradient_checkpointing` trades a second forward pass for the
 activations of long texts.
 
@@ -103,16 +104,21 @@ def use_sdpa(modules: Iterable[nn.Module]) -> list[str]:
     """Run attention through PyTorch's ``scaled_dot_product_attention`` in every model that supports it.
 
     Each Hugging Face model inside the sentence-transformers ``modules`` that declares SDPA support is
-    switched to ``attn_implementation="sdpa"`` (fused kernels where the inputs allow them, the same
-    attention otherwise); a model without it keeps its own implementation.
+    switched to :data:`contrastlab.models.attention.ATTENTION`: SDPA itself (fused kernels where the inputs
+    allow them, the same attention otherwise), except in training with attention dropout, where
+    :class:`~contrastlab.models.attention.DropoutAttention` computes SDPA's numbers keeping a 1-byte mask
+    instead of two float copies of the attention for the backward pass. A model without SDPA support keeps
+    its own implementation.
 
     Returns:
         The attention implementation of each model, in order.
     """
+    from contrastlab.models.attention import register
+
     used = []
     for model in _hf_models(modules):
         if getattr(model, "_supports_sdpa", False) and callable(getattr(model, "set_attn_implementation", None)):
-            model.set_attn_implementation("sdpa")
+            model.set_attn_implementation(register())
         used.append(str(getattr(model.config, "_attn_implementation", "unknown")))
     return used
 

@@ -181,15 +181,16 @@ def test_grouped_embeddings_and_gradients_equal_the_stack_padded_as_one_batch(fo
 def test_sdpa_attention_equals_eager_attention(folders: dict[str, Path]) -> None:
     import copy
 
+    from contrastlab.models.attention import ATTENTION
     from contrastlab.models.text import use_sdpa
 
     enc = load_text_model(str(folders["st"]), 32).eval()
     eager = copy.deepcopy(enc)
     eager.body[0].auto_model.set_attn_implementation("eager")
-    assert use_sdpa(enc.body) == ["sdpa"] and eager.body[0].auto_model.config._attn_implementation == "eager"
+    assert use_sdpa(enc.body) == [ATTENTION] and eager.body[0].auto_model.config._attn_implementation == "eager"
     with torch.no_grad():  # padded rows in one batch: the mask reaches both kernels alike
         torch.testing.assert_close(_as_one_batch(enc, MIXED), _as_one_batch(eager, MIXED), rtol=0, atol=1e-5)
-    assert use_sdpa(eager.body) == ["sdpa"]  # an eager model is switched
+    assert use_sdpa(eager.body) == [ATTENTION]  # an eager model is switched
 
 
 def _saved_bytes_loss_and_grads(enc: TransformerTextEncoder, codes: torch.Tensor) -> tuple[int, torch.Tensor, list]:
