@@ -6,21 +6,12 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given
 
 from contrastlab.config import ConfigError, read_config
 from contrastlab.train.job.config import JobConfig
-from tests._fuzzing import FUZZ_SETTINGS, assert_contract, mutated_inputs, seeds
+from tests._fuzz_contract import contract_tests
 
-
-def test_seeds_read() -> None:
-    assert {assert_contract("config", s) for s in seeds("config")} == {"ok"}
-
-
-@FUZZ_SETTINGS
-@given(mutated_inputs("config"))
-def test_config_contract(data: bytes) -> None:
-    assert_contract("config", data)
+test_seeds_read, test_config_contract = contract_tests("config")
 
 
 def test_yaml_alias_bomb_gives_a_short_error_quickly(tmp_path: Path) -> None:

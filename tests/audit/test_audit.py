@@ -13,6 +13,7 @@ from contrastlab.cli import main
 from contrastlab.io import read_json_verified
 from contrastlab.search import EmbeddingIndex, evaluate_retrieval
 from contrastlab.theory.risk import tuple_loss
+from tests._refused import assert_refused
 
 WORDS = ["cat", "dog", "theorem", "matrix", "sort", "file", "network", "string"]
 
@@ -234,10 +235,8 @@ def test_cli_bad_input_is_one_line_exit_2_and_no_results(
     (tmp_path / "one.tsv").write_text("q\tp\nq\n")
     monkeypatch.chdir(tmp_path)
     model_args, pairs, expected = BAD_CASES[case]
-    assert main(["audit", *model_args, "--pairs", pairs, "--out", "out", "--quiet"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert "\n" not in err and expected in err and "Traceback" not in err
-    assert not (tmp_path / "out").exists()
+    argv = ["audit", *model_args, "--pairs", pairs, "--out", "out", "--quiet"]
+    assert_refused(capsys, argv, expected, tmp_path / "out")
 
 
 def test_cli_nul_bytes_and_utf16_are_refused_naming_the_file(

@@ -277,13 +277,17 @@ def test_one_run_per_model_keeps_the_queries_only_comparison(tmp_path: Path) -> 
         assert (p["difference"], p["low"], p["high"], p["p"]) == (n["difference"], n["low"], n["high"], n["p"])
 
 
-def test_runs_on_several_tasks_give_the_mean_over_tasks(tmp_path: Path) -> None:
-    rng = np.random.default_rng(7)
+def _two_seeds_on_two_tasks(root: Path, rng: np.random.Generator) -> None:
+    """Audits ``root/MODEL/seedS/TASK`` of models A and B (B's scores 0.03 higher), seeds 0 and 1, tasks t1 and t2."""
     for model, shift in (("A", 0.0), ("B", 0.03)):
         for s in range(2):
             for task in ("t1", "t2"):
                 scores = {k: np.clip(v + shift, 0, 1) for k, v in _scores(rng, 30).items()}
-                write_audit(tmp_path / model / f"seed{s}" / task, model, scores, name=task)
+                write_audit(root / model / f"seed{s}" / task, model, scores, name=task)
+
+
+def test_runs_on_several_tasks_give_the_mean_over_tasks(tmp_path: Path) -> None:
+    _two_seeds_on_two_tasks(tmp_path, np.random.default_rng(7))
     res = compare([tmp_path / "A", tmp_path / "B"], tmp_path / "out", CFG)
     assert res["runs"] == [2, 2] and len(res["across_tasks"]) == len(CFG.metrics)
     assert all(a["tasks"] == 2 and a["low"] <= a["high"] for a in res["across_tasks"])
@@ -296,12 +300,9 @@ def _suite(folder: Path, tasks: list[str]) -> Path:
 
 
 def test_audits_on_several_tasks_are_read_as_their_per_task_audits_alone_and_as_seeds(tmp_path: Path) -> None:
-    rng = np.random.default_rng(9)
-    for model, shift in (("A", 0.0), ("B", 0.03)):
+    _two_seeds_on_two_tasks(tmp_path, np.random.default_rng(9))
+    for model in ("A", "B"):
         for s in range(2):
-            for task in ("t1", "t2"):
-                scores = {k: np.clip(v + shift, 0, 1) for k, v in _scores(rng, 30).items()}
-                write_audit(tmp_path / model / f"seed{s}" / task, model, scores, name=task)
             _suite(tmp_path / model / f"seed{s}", ["t1", "t2"])
     one = compare([tmp_path / "A" / "seed0", tmp_path / "B" / "seed0"], tmp_path / "one", CFG)
     assert one["runs"] == [1, 1] and {r["task"] for r in one["comparisons"]} == {"t1 (test)", "t2 (test)"}

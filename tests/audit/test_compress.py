@@ -24,6 +24,7 @@ from contrastlab.audit.compress import (  # noqa: E402
     default_widths,
     plot_compression,
 )
+from tests._fresh_python import run_fresh  # noqa: E402
 
 Q, M, D, TAU = 40, 700, 32, 0.1
 
@@ -129,12 +130,23 @@ def test_each_storage_equals_brute_force(audited, storage: str, width: int) -> N
         assert row.paired[name].mean == pytest.approx(want[name] - reference[name], abs=1e-12)
 
 
-def test_faiss_searches_agree_with_the_scores(audited) -> None:
-    q, docs, rel, result = audited
+def _hamming_search(audited, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The audited queries and documents cut to 16 dimensions and made unit, and faiss's search of their binary codes.
+
+    Returns:
+        ``(queries, documents, distances, ids)``: each query's ``k`` nearest documents by Hamming distance.
+    """
+    q, docs, _, _ = audited
     qu, du = _unit(q.numpy()[:, :16]), _unit(docs.numpy()[:, :16])
     binary = faiss.IndexBinaryFlat(16)
     binary.add(binary_codes(du))
-    dist, ids = binary.search(binary_codes(qu), 5)
+    dist, ids = binary.search(binary_codes(qu), k)
+    return qu, du, dist, ids
+
+
+def test_faiss_searches_agree_with_the_scores(audited) -> None:
+    q, docs, rel, result = audited
+    qu, du, dist, ids = _hamming_search(audited, 5)
     hamming_scores = _oracle_scores("binary", q.numpy(), docs.numpy(), 16)
     assert np.array_equal(1.0 - 2.0 * dist / 16, np.take_along_axis(hamming_scores, ids, 1))
     pq = faiss.IndexPQ(16, 2, 4, faiss.METRIC_INNER_PRODUCT)
@@ -147,10 +159,7 @@ def test_faiss_searches_agree_with_the_scores(audited) -> None:
 
 def test_binary_rescoring_ranks_the_candidates_in_float_first(audited) -> None:
     q, docs, rel, result = audited
-    qu, du = _unit(q.numpy()[:, :16]), _unit(docs.numpy()[:, :16])
-    binary = faiss.IndexBinaryFlat(16)
-    binary.add(binary_codes(du))
-    _, cand = binary.search(binary_codes(qu), 20)
+    qu, du, _, cand = _hamming_search(audited, 20)
     ranking = _oracle_scores("binary", q.numpy(), docs.numpy(), 16)
     floats = qu.astype(np.float64) @ du.astype(np.float64).T
     rows = np.arange(Q)[:, None]
@@ -226,10 +235,6 @@ def test_bad_arguments_are_named(kwargs: dict, match: str) -> None:
 
 def test_quantized_vectors_decode_to_numpy_with_faiss_torch_utils_imported() -> None:
     """``faiss.contrib.torch_utils`` (imported by any package in the process) makes reconstruct_n return tensors."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = (
         "import faiss, faiss.contrib.torch_utils, numpy as np\n"
         "from contrastlab.audit.compress import _decoded\n"
@@ -239,6 +244,4 @@ def test_quantized_vectors_decode_to_numpy_with_faiss_torch_utils_imported() -> 
         "out = _decoded(sq, 300)\n"
         "assert type(out) is np.ndarray and out.shape == (300, 16) and np.abs(out - d).max() < 0.05, out\n"
     )
-    root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_fresh(code)

@@ -104,61 +104,41 @@ def _kw(**kw: Any) -> dict[str, Any]:
 def _info_nce_cases() -> list[Case]:
     cases = []
     n, d = 11, 6  # 11 rows: uneven splits for every R in {2, 3, 4}
-    for variant in ("infonce", "dcl"):
-        for symmetric in (False, True):
-            kw = _kw(temperature=0.3, variant=variant, symmetric=symmetric)
+    # "/tiled": the tiled kernel under gather, in chunks that divide neither n_local nor N (single process: dense)
+    for suffix, tiling in (("", {}), ("/tiled", {"chunk_size": 4})):
+        for variant in ("infonce", "dcl"):
+            for symmetric in (False, True):
+                kw = _kw(temperature=0.3, variant=variant, symmetric=symmetric)
+                cases.append(
+                    Case(
+                        f"info_nce/in-batch/{variant}/symmetric={symmetric}{suffix}",
+                        _pair(n, d),
+                        ("a", "p"),
+                        lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
+                        lambda t, kw=kw, tiling=tiling: info_nce(t["a"], t["p"], gather=True, **tiling, **kw),
+                    )
+                )
+            kw = _kw(temperature=0.2, variant=variant)
+            # shared negatives: each rank brings its own rows of the shared set; single process = all of them
             cases.append(
                 Case(
-                    f"info_nce/in-batch/{variant}/symmetric={symmetric}",
-                    _pair(n, d),
-                    ("a", "p"),
-                    lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
-                    lambda t, kw=kw: info_nce(t["a"], t["p"], gather=True, **kw),
+                    f"info_nce/shared/{variant}{suffix}",
+                    _with("neg", (9, d), _pair(n, d)),
+                    ("a", "p", "neg"),
+                    lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
+                    lambda t, kw=kw, tiling=tiling: info_nce(t["a"], t["p"], t["neg"], gather=True, **tiling, **kw),
                 )
             )
-        kw = _kw(temperature=0.2, variant=variant)
-        # shared negatives: each rank brings its own rows of the shared set; single process = all of them
-        cases.append(
-            Case(
-                f"info_nce/shared/{variant}",
-                _with("neg", (9, d), _pair(n, d)),
-                ("a", "p", "neg"),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], gather=True, **kw),
-            )
-        )
-        cases.append(
-            Case(
-                f"info_nce/per-anchor/{variant}",
-                _with("neg", (n, 4, d), _pair(n, d)),
-                ("a", "p", "neg"),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], gather=True, **kw),
-            )
-        )
-    # The tiled kernel under gather: chunk sizes that divide neither n_local nor N (single process: dense).
-    for variant in ("infonce", "dcl"):
-        for symmetric in (False, True):
-            kw = _kw(temperature=0.3, variant=variant, symmetric=symmetric)
-            cases.append(
-                Case(
-                    f"info_nce/in-batch/{variant}/symmetric={symmetric}/tiled",
-                    _pair(n, d),
-                    ("a", "p"),
-                    lambda t, kw=kw: info_nce(t["a"], t["p"], **kw),
-                    lambda t, kw=kw: info_nce(t["a"], t["p"], chunk_size=4, gather=True, **kw),
+            if not tiling:
+                cases.append(
+                    Case(
+                        f"info_nce/per-anchor/{variant}",
+                        _with("neg", (n, 4, d), _pair(n, d)),
+                        ("a", "p", "neg"),
+                        lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
+                        lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], gather=True, **kw),
+                    )
                 )
-            )
-        kw = _kw(temperature=0.2, variant=variant)
-        cases.append(
-            Case(
-                f"info_nce/shared/{variant}/tiled",
-                _with("neg", (9, d), _pair(n, d)),
-                ("a", "p", "neg"),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], **kw),
-                lambda t, kw=kw: info_nce(t["a"], t["p"], t["neg"], chunk_size=4, gather=True, **kw),
-            )
-        )
     cases.append(
         Case(
             "info_nce/in-batch/sum/raw-dot",

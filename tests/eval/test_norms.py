@@ -9,16 +9,7 @@ import torch.nn.functional as F
 from scipy import stats
 from torch import Tensor, nn
 
-from contrastlab.eval.norms import (
-    ItemHeatMeter,
-    ScaleInvariantProbe,
-    equilibrium_sq_norm,
-    norm_correlations,
-    one_step_residual,
-    predicted_sq_norm,
-    spearman,
-    spearman_bootstrap,
-)
+from contrastlab.eval import norms
 from contrastlab.models import MLP
 
 
@@ -71,10 +62,10 @@ def test_repeated_rows_need_the_total_gradient_not_the_sum_of_squares() -> None:
     assert abs(float(measured[1] - wrong[1])) > 1e-8
 
 
-def _train_table(opt_name: str, weight_decay: float, steps: int = 30) -> tuple[ScaleInvariantProbe, float]:
+def _train_table(opt_name: str, weight_decay: float, steps: int = 30) -> tuple[norms.ScaleInvariantProbe, float]:
     torch.manual_seed(0)
     emb = nn.Embedding(7, 4).double()
-    probe = ScaleInvariantProbe(lambda m: [m.weight], emb, rows=True)
+    probe = norms.ScaleInvariantProbe(lambda m: [m.weight], emb, rows=True)
     lr = 0.5
     opt = (
         torch.optim.SGD(emb.parameters(), lr=lr, weight_decay=weight_decay)
@@ -99,8 +90,8 @@ def test_probe_sgd_monotone_growth_and_recursion_over_many_steps() -> None:
     assert tr.sq_norm.shape == (31, 7) and tr.grad_sq.shape == (30, 7)
     assert np.all(np.diff(tr.sq_norm, axis=0) >= 0)  # monotone: never shrinks
     assert np.all(tr.sq_norm[-1] > tr.sq_norm[0])
-    assert one_step_residual(tr, lr=lr).max() < 1e-14
-    pred = predicted_sq_norm(tr.sq_norm[0], tr.sphere_grad_sq, lr=lr)
+    assert norms.one_step_residual(tr, lr=lr).max() < 1e-14
+    pred = norms.predicted_sq_norm(tr.sq_norm[0], tr.sphere_grad_sq, lr=lr)
     np.testing.assert_allclose(pred, tr.sq_norm, rtol=1e-13)
     # without decay the total growth is exactly η² Σ_t ‖∇L_t‖²
     np.testing.assert_allclose(tr.sq_norm[-1] - tr.sq_norm[0], lr**2 * tr.grad_sq.sum(0), rtol=1e-12)
@@ -110,8 +101,8 @@ def test_probe_sgd_monotone_growth_and_recursion_over_many_steps() -> None:
 def test_probe_sgd_weight_decay_is_exact_with_the_shrink_factor() -> None:
     probe, lr = _train_table("sgd", 0.1)
     tr = probe.trace()
-    assert one_step_residual(tr, lr=lr, weight_decay=0.1).max() < 1e-14
-    assert one_step_residual(tr, lr=lr, weight_decay=0.0).max() > 1e-3  # the factor matters
+    assert norms.one_step_residual(tr, lr=lr, weight_decay=0.1).max() < 1e-14
+    assert norms.one_step_residual(tr, lr=lr, weight_decay=0.0).max() > 1e-3  # the factor matters
 
 
 def test_probe_adam_departs_from_the_recursion() -> None:
@@ -125,7 +116,7 @@ def test_last_linear_layer_of_an_encoder_obeys_the_recursion() -> None:
     torch.manual_seed(0)
     enc = MLP(3, [8], 4).double()
     last = enc.net[-1]
-    probe = ScaleInvariantProbe(lambda m: [m.net[-1].weight, m.net[-1].bias], enc, rows=False)
+    probe = norms.ScaleInvariantProbe(lambda m: [m.net[-1].weight, m.net[-1].bias], enc, rows=False)
     assert last.weight is probe.get_params(enc)[0]
     opt = torch.optim.SGD(enc.parameters(), lr=0.3)
     x = torch.randn(6, 3, dtype=torch.float64)
@@ -137,24 +128,24 @@ def test_last_linear_layer_of_an_encoder_obeys_the_recursion() -> None:
         probe(enc, step, loss)
     tr = probe.trace()
     assert tr.sq_norm.shape == (6, 1)
-    assert one_step_residual(tr, lr=0.3).max() < 1e-14
+    assert norms.one_step_residual(tr, lr=0.3).max() < 1e-14
 
 
 def test_equilibrium_is_the_fixed_point_of_the_recursion() -> None:
     v = np.array([0.01, 0.5, 3.0])
     lr, lam = 0.2, 0.05
-    traj = predicted_sq_norm(np.ones(3), np.tile(v, (4000, 1)), lr=lr, weight_decay=lam)
-    np.testing.assert_allclose(traj[-1], equilibrium_sq_norm(v, lr=lr, weight_decay=lam), rtol=1e-10)
-    approx = equilibrium_sq_norm(v, lr=lr, weight_decay=lam, exact=False)
+    traj = norms.predicted_sq_norm(np.ones(3), np.tile(v, (4000, 1)), lr=lr, weight_decay=lam)
+    np.testing.assert_allclose(traj[-1], norms.equilibrium_sq_norm(v, lr=lr, weight_decay=lam), rtol=1e-10)
+    approx = norms.equilibrium_sq_norm(v, lr=lr, weight_decay=lam, exact=False)
     np.testing.assert_allclose(approx, np.sqrt(lr * v / (2 * lam)), rtol=1e-15)
     with pytest.raises(ValueError, match="^weight_decay"):
-        equilibrium_sq_norm(v, lr=lr, weight_decay=0.0)
+        norms.equilibrium_sq_norm(v, lr=lr, weight_decay=0.0)
 
 
 def test_item_heat_meter_sums_sphere_gradients_per_view() -> None:
     z = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
     items = torch.tensor([2, 0, 2, 1])
-    meter = ItemHeatMeter(3)
+    meter = norms.ItemHeatMeter(3)
     meter.attach(z, items)
     loss = _cosine_info_nce(z[:2], z[2:])
     loss.backward()
@@ -166,18 +157,18 @@ def test_item_heat_meter_sums_sphere_gradients_per_view() -> None:
 def test_spearman_matches_scipy_with_ties() -> None:
     x = np.array([1.0, 2.0, 2.0, 3.0, 5.0, 4.0, 4.0, 0.5, 7.0, 6.0])
     y = np.array([2.0, 1.0, 3.0, 3.0, 6.0, 5.0, 2.0, 0.1, 9.0, 9.0])
-    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-15)
-    assert spearman(torch.tensor(x), -y) == pytest.approx(-stats.spearmanr(x, y).statistic, abs=1e-15)
+    assert norms.spearman(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-15)
+    assert norms.spearman(torch.tensor(x), -y) == pytest.approx(-stats.spearmanr(x, y).statistic, abs=1e-15)
     with pytest.raises(ValueError, match="^y"):
-        spearman(x, y[:3])
+        norms.spearman(x, y[:3])
 
 
 def test_spearman_bootstrap_interval_and_correlations() -> None:
     rng = np.random.default_rng(0)
     x = rng.standard_normal(200)
     y = x + 0.8 * rng.standard_normal(200)
-    rho, lo, hi = spearman_bootstrap(x, y, n_boot=500, rng=np.random.default_rng(1))
+    rho, lo, hi = norms.spearman_bootstrap(x, y, n_boot=500, rng=np.random.default_rng(1))
     assert lo < rho < hi and 0.5 < lo and hi < 0.95
-    assert spearman_bootstrap(x, y, n_boot=500, rng=np.random.default_rng(1)) == (rho, lo, hi)
-    out = norm_correlations(x, {"up": y, "down": -y}, n_boot=200, rng=np.random.default_rng(2))
+    assert norms.spearman_bootstrap(x, y, n_boot=500, rng=np.random.default_rng(1)) == (rho, lo, hi)
+    out = norms.norm_correlations(x, {"up": y, "down": -y}, n_boot=200, rng=np.random.default_rng(2))
     assert out["up"][0] == pytest.approx(-out["down"][0])

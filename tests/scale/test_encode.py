@@ -99,14 +99,26 @@ def test_local_store_holds_the_models_embeddings_of_every_line(inputs, local_sto
     assert [s.rows for s in local_store.shards] == [10, 10, 10, 7]
 
 
-def test_interrupted_local_encode_resumes_with_the_same_bits(inputs, local_store, tmp_path: Path):
+def _encode_stopped_after_two_shards(inputs, out: Path):
+    """A one-thread local encode of the module's corpus into ``out``, stopped after its second shard.
+
+    Returns:
+        The model source and the shards written, in order.
+    """
     from contrastlab.audit.text_model import TextModelSource
 
     model, corpus = inputs
-    source, out = TextModelSource(str(model)), tmp_path / "store"
+    source = TextModelSource(str(model))
     on_shard, done = _stop_after(2)
     with pytest.raises(_Stop):
         encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1, on_shard=on_shard)
+    return source, done
+
+
+def test_interrupted_local_encode_resumes_with_the_same_bits(inputs, local_store, tmp_path: Path):
+    _, corpus = inputs
+    out = tmp_path / "store"
+    source, done = _encode_stopped_after_two_shards(inputs, out)
     assert done == [0, 1] and (out / JOURNAL).is_file() and not (out / MANIFEST).exists()
     with pytest.raises(StoreError, match="unfinished store"):
         EmbeddingStore.open(out)
@@ -297,13 +309,9 @@ def _store_files(folder: Path) -> list[str]:
 
 
 def test_a_resumed_encode_removes_the_ray_temp_folders_an_earlier_run_left(inputs, local_store, tmp_path: Path):
-    from contrastlab.audit.text_model import TextModelSource
-
-    model, corpus = inputs
-    source, out = TextModelSource(str(model)), tmp_path / "store"
-    on_shard, _ = _stop_after(2)
-    with pytest.raises(_Stop):
-        encode_corpus(corpus, source, out, shard_rows=SHARD_ROWS, batch_size=BATCH, threads=1, on_shard=on_shard)
+    _, corpus = inputs
+    out = tmp_path / "store"
+    source, _ = _encode_stopped_after_two_shards(inputs, out)
     # what a killed embedded-Ray encode leaves in the store: its temp folder (token, a session with logs)
     left = out / "ray-k3x_9q2a"
     (left / "session_2026-12-06_03-00-00_000000_1" / "logs").mkdir(parents=True)

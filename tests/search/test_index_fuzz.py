@@ -16,17 +16,10 @@ from hypothesis import given
 from contrastlab.io import CHECKSUM_KEY
 from contrastlab.search.index import EmbeddingIndex, IndexFormatError
 from fuzz.targets import FAMILIES, checksummed_json, memory_cap, resign_index
-from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
+from tests._fuzz_contract import contract_tests
+from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs
 
-
-def test_seeds_read() -> None:
-    assert {assert_contract("index", s) for s in seeds("index")} == {"ok"}
-
-
-@FUZZ_SETTINGS
-@given(mutated_inputs("index"))
-def test_index_contract(data: bytes) -> None:
-    assert_contract("index", data)
+test_seeds_read, test_index_contract = contract_tests("index")
 
 
 @FUZZ_SETTINGS

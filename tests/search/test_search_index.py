@@ -6,6 +6,7 @@ import torch
 
 from contrastlab.search import EmbeddingIndex, IndexFormatError
 from contrastlab.search.index import as_float32_matrix
+from tests._fresh_python import run_fresh
 
 
 def _clustered(n=4000, d=32, centers=40, q=200, seed=0):
@@ -199,10 +200,6 @@ def test_errors_name_the_argument():
 
 def test_vectors_are_numpy_with_faiss_torch_utils_imported() -> None:
     """pytorch-metric-learning imports ``faiss.contrib.torch_utils``, which makes reconstruct_n return tensors."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     code = (
         "import faiss.contrib.torch_utils, numpy as np\n"
         "from contrastlab.search import EmbeddingIndex\n"
@@ -211,6 +208,4 @@ def test_vectors_are_numpy_with_faiss_torch_utils_imported() -> None:
         "v = index.vectors(3, 9)\n"
         "assert type(v) is np.ndarray and np.array_equal(v, x[3:9]), type(v)\n"
     )
-    root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_fresh(code)

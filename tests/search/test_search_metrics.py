@@ -6,18 +6,7 @@ import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from sklearn.metrics import average_precision_score, ndcg_score
 
-from contrastlab.search import (
-    EmbeddingIndex,
-    average_precision,
-    evaluate_retrieval,
-    hits_from_labels,
-    map_at_r,
-    mrr,
-    ndcg_at_k,
-    precision_at_1,
-    r_precision,
-    recall_at_k,
-)
+from contrastlab.search import EmbeddingIndex, evaluate_retrieval, hits_from_labels, metrics
 
 logging.getLogger("PML").setLevel(logging.ERROR)
 
@@ -56,22 +45,22 @@ def test_hand_computed_case():
     # one query, R = 3 relevant items, retrieved: hit miss hit miss hit
     hits = np.array([[1, 0, 1, 0, 1]], dtype=bool)
     r = np.array([3])
-    assert recall_at_k(hits, r, 1) == 1.0
-    assert recall_at_k(hits, r, 2, mode="fraction") == pytest.approx(1 / 3)
-    assert recall_at_k(hits, r, 5, mode="fraction") == 1.0
-    assert precision_at_1(hits, r) == 1.0
-    assert r_precision(hits, r) == pytest.approx(2 / 3)  # 2 hits in the top R = 3
-    assert map_at_r(hits, r) == pytest.approx((1 / 1 + 2 / 3) / 3)
-    assert average_precision(hits, r) == pytest.approx((1 / 1 + 2 / 3 + 3 / 5) / 3)
-    assert mrr(~hits, r) == pytest.approx(1 / 2)
+    assert metrics.recall_at_k(hits, r, 1) == 1.0
+    assert metrics.recall_at_k(hits, r, 2, mode="fraction") == pytest.approx(1 / 3)
+    assert metrics.recall_at_k(hits, r, 5, mode="fraction") == 1.0
+    assert metrics.precision_at_1(hits, r) == 1.0
+    assert metrics.r_precision(hits, r) == pytest.approx(2 / 3)  # 2 hits in the top R = 3
+    assert metrics.map_at_r(hits, r) == pytest.approx((1 / 1 + 2 / 3) / 3)
+    assert metrics.average_precision(hits, r) == pytest.approx((1 / 1 + 2 / 3 + 3 / 5) / 3)
+    assert metrics.mrr(~hits, r) == pytest.approx(1 / 2)
     g = 1 / np.log2(np.arange(2, 7))
-    assert ndcg_at_k(hits, r, 5) == pytest.approx((g[0] + g[2] + g[4]) / (g[0] + g[1] + g[2]))
+    assert metrics.ndcg_at_k(hits, r, 5) == pytest.approx((g[0] + g[2] + g[4]) / (g[0] + g[1] + g[2]))
     # a lone query (R = 0) is left out of the mean and is NaN per query
     both = np.vstack([hits, hits])
-    assert precision_at_1(both, np.array([3, 0])) == 1.0
-    assert np.isnan(precision_at_1(both, np.array([3, 0]), reduction="none")[1])
+    assert metrics.precision_at_1(both, np.array([3, 0])) == 1.0
+    assert np.isnan(metrics.precision_at_1(both, np.array([3, 0]), reduction="none")[1])
     with pytest.raises(ValueError, match="^hits has K = 5 columns but map@r needs the top R = 6"):
-        map_at_r(hits, np.array([6]))
+        metrics.map_at_r(hits, np.array([6]))
 
 
 @pytest.mark.parametrize("self_included", [True, False])
@@ -105,7 +94,7 @@ def test_agrees_with_pytorch_metric_learning(self_included):
     pml_mrr = full.get_accuracy(q, ql, ref, rl, ref_includes_query=self_included)["mean_reciprocal_rank"]
     n_rel = np.array([(rl == v).sum() - (1 if self_included else 0) for v in ql])
     # PML averages the reciprocal ranks in float32
-    assert mrr(hits_from_labels(res.labels, ql), n_rel) == pytest.approx(pml_mrr, abs=1e-6)
+    assert metrics.mrr(hits_from_labels(res.labels, ql), n_rel) == pytest.approx(pml_mrr, abs=1e-6)
 
 
 def test_agrees_with_scikit_learn_ndcg_and_average_precision():
@@ -120,15 +109,15 @@ def test_agrees_with_scikit_learn_ndcg_and_average_precision():
     scores = q.astype(np.float64) @ ref.astype(np.float64).T  # (Q, N)
     relevant = (rl[None, :] == ql[:, None]).astype(float)
     for k in (1, 5, 10, 50):
-        assert ndcg_at_k(hits, n_rel, k) == pytest.approx(ndcg_score(relevant, scores, k=k), abs=1e-12)
+        assert metrics.ndcg_at_k(hits, n_rel, k) == pytest.approx(ndcg_score(relevant, scores, k=k), abs=1e-12)
     ap_ref = np.mean([average_precision_score(relevant[i], scores[i]) for i in range(40)])
-    assert average_precision(hits, n_rel) == pytest.approx(ap_ref, abs=1e-12)
+    assert metrics.average_precision(hits, n_rel) == pytest.approx(ap_ref, abs=1e-12)
     # recall fraction at full depth is 1; the "any" recall is monotone in k
-    assert recall_at_k(hits, n_rel, index.ntotal, mode="fraction") == 1.0
-    vals = [recall_at_k(hits, n_rel, k) for k in (1, 2, 5, 20)]
+    assert metrics.recall_at_k(hits, n_rel, index.ntotal, mode="fraction") == 1.0
+    vals = [metrics.recall_at_k(hits, n_rel, k) for k in (1, 2, 5, 20)]
     assert vals == sorted(vals)
 
 
 def test_recall_mode_is_checked():
     with pytest.raises(ValueError, match="^mode must be one of"):
-        recall_at_k(np.ones((1, 2), bool), [1], 1, mode="all")
+        metrics.recall_at_k(np.ones((1, 2), bool), [1], 1, mode="all")

@@ -17,7 +17,7 @@ from contrastlab.config import from_dict
 from contrastlab.data.text.codes import texts_to_codes
 from contrastlab.train import JobConfig, run_job
 from contrastlab.train.job.export import MODEL_FOLDER, run_text_encoder
-from tests.models.text_models import write_tiny_bert
+from tests.train.job._text_files import bert_and_pairs
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"query number {i} about topic {i % 3}", f"def answer_{i}(x)") for i in range(40)]
@@ -38,9 +38,7 @@ print(model.similarity_fn_name)
 @pytest.fixture(scope="module")
 def text_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("export")
-    bert = write_tiny_bert(root / "st", "st")
-    pairs = root / "pairs.tsv"
-    pairs.write_text("".join("\t".join(r) + "\n" for r in ROWS), encoding="utf-8")
+    bert, pairs = bert_and_pairs(root, ROWS)
     job = from_dict(
         JobConfig,
         {

@@ -6,21 +6,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
 
 from contrastlab.config import ConfigError
 from fuzz.targets import FAMILIES, memory_cap
-from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
+from tests._fuzz_contract import contract_tests
+from tests._fuzzing import MEMORY_BUDGET
 
-
-def test_seeds_read() -> None:
-    assert {assert_contract("pairs", s) for s in seeds("pairs")} == {"ok"}
-
-
-@FUZZ_SETTINGS
-@given(mutated_inputs("pairs"))
-def test_pairs_contract(data: bytes) -> None:
-    assert_contract("pairs", data)
+test_seeds_read, test_pairs_contract = contract_tests("pairs")
 
 
 def test_header_claiming_1e12_rows_is_refused_before_mapping(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from contrastlab.train import ConfigError, from_dict
 from contrastlab.train.job.config import PER_BATCH_TENSORS, JobConfig, LossConfig, loss_registry
 from contrastlab.train.job.loss_parameters import LossParameters
 from contrastlab.train.job.runner import call_loss
+from tests.train.job._loss_batch import sphere_batch_for
 
 FIELDS = {"temperature": "temperature", "bias": "bias", "symmetric": "symmetric", "normalize": "normalize"}
 """Loss arguments that a named LossConfig field sets."""
@@ -80,8 +81,7 @@ def test_every_loss_argument_is_reachable_from_the_config(name: str, monkeypatch
 @pytest.mark.parametrize("name", sorted(loss_registry()))
 def test_every_loss_learns_its_temperature_through_the_job(name: str) -> None:
     """One step of each registered loss with loss.learnable_temperature: τ gets a finite, non-zero gradient."""
-    from contrastlab.train.job.config import needs_negatives, takes_labels, takes_teacher_scores
-    from contrastlab.train.job.datasets import DATA_BUILDERS
+    from contrastlab.train.job.config import needs_negatives
     from contrastlab.train.job.runner import build_encoder, make_objective
 
     fn = loss_registry()[name]
@@ -95,12 +95,7 @@ def test_every_loss_learns_its_temperature_through_the_job(name: str) -> None:
             "negatives": {"kind": "per_anchor", "num": 8} if needs_negatives(fn) else {},
         },
     )
-    source = DATA_BUILDERS["sphere"](config)
-    batch = source.batch_at(0)
-    if takes_labels(fn):
-        batch["labels"] = torch.arange(16) % 4
-    if takes_teacher_scores(fn):
-        batch["teacher_scores"] = torch.randn(16, 9, generator=torch.Generator().manual_seed(0))
+    source, batch = sphere_batch_for(fn, config)
     torch.manual_seed(0)
     model = build_encoder(config, source)
     objective, extra = make_objective(config, model)

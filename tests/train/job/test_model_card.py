@@ -16,7 +16,7 @@ from contrastlab.train.job.config import JobConfig
 from contrastlab.train.job.export import MODEL_FOLDER
 from contrastlab.train.job.model_card import run_card_from_results
 from contrastlab.train.job.runner import run_job
-from tests.models.text_models import write_tiny_bert
+from tests.train.job._text_files import bert_and_pairs
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"query number {i} about topic {i % 3}", f"def answer_{i}(x)") for i in range(20)]
@@ -25,9 +25,7 @@ ROWS = [(f"query number {i} about topic {i % 3}", f"def answer_{i}(x)") for i in
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("card")
-    bert = write_tiny_bert(root / "st", "st")
-    pairs = root / "pairs.tsv"
-    pairs.write_text("".join("\t".join(r) + "\n" for r in ROWS), encoding="utf-8")
+    bert, pairs = bert_and_pairs(root, ROWS)
     job = {
         "data": {"name": "text", "batch_size": 4, "text": {"path": str(pairs)}},
         "encoder": {"name": "sentence_transformers", "path": str(bert), "out_dim": 16, "max_seq_length": 12},

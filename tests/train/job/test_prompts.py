@@ -15,6 +15,7 @@ from contrastlab.train.job.config import DataConfig, EncoderConfig, EvalConfig, 
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.prompts import PromptsConfig
 from contrastlab.train.job.runner import run_job
+from tests.train.job._text_files import write_pairs
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"what is item {i}", f"item {i} is a thing of kind {i % 3}") for i in range(12)]
@@ -22,8 +23,7 @@ PROMPTS = PromptsConfig(query="query: ", document="passage: ")
 
 
 def job(tmp_path: Path, bert: Path) -> JobConfig:
-    p = tmp_path / "pairs.tsv"
-    p.write_text("".join("\t".join(r) + "\n" for r in ROWS), encoding="utf-8")
+    p = write_pairs(tmp_path / "pairs.tsv", ROWS)
     return JobConfig(
         data=DataConfig(name="text", batch_size=4, text=TextDataConfig(path=str(p))),
         encoder=EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16, max_seq_length=24),

@@ -22,11 +22,10 @@ from contrastlab.train.job.config import (
     NegativesConfig,
     loss_registry,
     needs_negatives,
-    takes_labels,
-    takes_teacher_scores,
 )
 from contrastlab.train.job.datasets import DATA_BUILDERS
 from contrastlab.train.job.runner import build_encoder, make_loss_fn, run_job
+from tests.train.job._loss_batch import sphere_batch_for
 
 TINY = JobConfig(
     data=DataConfig(latent_dim=3, batch_size=16, mixing="linear"),
@@ -100,12 +99,7 @@ def test_every_registered_loss_trains_through_the_job(name: str) -> None:
     needs = needs_negatives(fn)
     negatives = NegativesConfig(kind="per_anchor", num=8) if needs else NegativesConfig()
     cfg = replace(TINY, loss=LossConfig(name=name, temperature=0.5), negatives=negatives)
-    src = DATA_BUILDERS["sphere"](cfg)
-    batch = src.batch_at(0)
-    if takes_labels(fn):
-        batch["labels"] = torch.arange(16) % 4
-    if takes_teacher_scores(fn):
-        batch["teacher_scores"] = torch.randn(16, 9, generator=torch.Generator().manual_seed(0))
+    src, batch = sphere_batch_for(fn, cfg)
     model = build_encoder(cfg, src)
     loss = make_loss_fn(cfg)(model, batch)
     loss.backward()

@@ -19,14 +19,14 @@ from contrastlab.train.job.dev_metrics import dev_from_pairs, retrieval_metrics
 from contrastlab.train.job.runner import run_job
 from contrastlab.train.job.select import SelectConfig, Selector
 from contrastlab.train.loop.checkpoint import latest_checkpoint
+from tests.train.job._text_files import write_pairs
 
 pytest.importorskip("sentence_transformers")
 ROWS = [(f"question {i} on subject {i % 4}", f"reply {i} on subject {i % 4} with detail {i * 7}") for i in range(24)]
 
 
 def job(tmp_path: Path, bert: Path, **select: object) -> JobConfig:
-    p = tmp_path / "pairs.tsv"
-    p.write_text("".join("\t".join(r) + "\n" for r in ROWS), encoding="utf-8")
+    p = write_pairs(tmp_path / "pairs.tsv", ROWS)
     return JobConfig(
         data=DataConfig(name="text", batch_size=4, text=TextDataConfig(path=str(p))),
         encoder=EncoderConfig(name="sentence_transformers", path=str(bert), out_dim=16, max_seq_length=16),

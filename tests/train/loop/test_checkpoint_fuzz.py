@@ -6,21 +6,13 @@ import struct
 from pathlib import Path
 
 import pytest
-from hypothesis import given
 
 from contrastlab.train.loop.checkpoint import CheckpointError, load_checkpoint
 from fuzz.targets import FAMILIES, memory_cap, seal_checkpoint, unseal_checkpoint
-from tests._fuzzing import FUZZ_SETTINGS, MEMORY_BUDGET, assert_contract, mutated_inputs, seeds
+from tests._fuzz_contract import contract_tests
+from tests._fuzzing import MEMORY_BUDGET
 
-
-def test_seeds_read() -> None:
-    assert {assert_contract("checkpoint", s) for s in seeds("checkpoint")} == {"ok"}
-
-
-@FUZZ_SETTINGS
-@given(mutated_inputs("checkpoint"))
-def test_checkpoint_contract(data: bytes) -> None:
-    assert_contract("checkpoint", data)
+test_seeds_read, test_checkpoint_contract = contract_tests("checkpoint")
 
 
 def _seed_payload(tmp_path: Path) -> tuple[Path, bytearray]:
