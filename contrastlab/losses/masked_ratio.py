@@ -29,7 +29,7 @@ the right error or recomputes those rows exactly.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -107,29 +107,41 @@ def _nonzero_words(words: Tensor, limit: int) -> Tensor | None:
     return None if nzw.shape[0] > limit else nzw
 
 
+class _Terms(NamedTuple):
+    """What a sweep's two sums are made of besides ``Q`` and ``K`` (arguments of :func:`masked_log_ratio`).
+
+    Attributes:
+        mask: the extra positives, ``(N, M)`` bool, or None; the own positive ``(i, col_offset + i)``
+            always is one.
+        weights: the candidates' weights ``(N, M)`` ≥ 0 (no gradient), or None.
+        dcl: leave the positives out of the denominator.
+        diagonal: the own positives' exact logits ``(N,)`` (no gradient).
+        col_offset: column of row 0's own positive.
+        compiled: make InfoNCE's blocks without weights, with the positives as a list of entries, by the
+            compiled row softmax (:func:`_softmax_block`); DCL (whose denominator from the softmax would
+            be ``1 − π``, cancelling when the positives dominate a row), weights and dense masks keep the
+            eager passes.
+    """
+
+    mask: Tensor | None
+    weights: Tensor | None
+    dcl: bool
+    diagonal: Tensor
+    col_offset: int
+    compiled: bool
+
+
 def _sweep(
-    q: Tensor,
-    k: Tensor,
-    mask: Tensor | None,
-    weights: Tensor | None,
-    dcl: bool,
-    diagonal: Tensor,
-    col_offset: int,
-    row_grad: Tensor | None,
-    grads: bool,
-    compiled: bool = False,
+    q: Tensor, k: Tensor, terms: _Terms, row_grad: Tensor | None, grads: bool
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """One pass over blocks of rows: ``ℓ`` (N,), and, if ``grads``, ``∂Q``, ``∂K`` for upstream ``row_grad``.
 
-    ``row_grad`` None means every row has upstream gradient 1. ``mask`` (N, M) bool marks the extra
-    positives; the own positive ``(i, col_offset + i)`` always is one. ``weights`` (N, M) ≥ 0 or None.
-    ``compiled`` makes InfoNCE's blocks without weights, with the positives as a list of entries, by the
-    compiled row softmax (:func:`_softmax_block`); DCL (whose denominator from the softmax would be
-    ``1 − π``, cancelling when the positives dominate a row), weights and dense masks keep the eager passes.
+    ``row_grad`` None means every row has upstream gradient 1.
 
     Raises:
         _RowSumUnderflow: a row's numerator or denominator sum is below ``_MIN_ROW_SUM``.
     """
+    mask, weights, dcl, diagonal, col_offset, compiled = terms
     n, m_cols = q.shape[0], k.shape[0]
     sparse = None if mask is None else _mask_entries(mask, col_offset)
     fused = compiled and weights is None and not dcl and (mask is None or sparse is not None)
@@ -270,19 +282,9 @@ class _MaskedLogRatio(torch.autograd.Function):
     """``ℓ_i = log den_i − log num_i`` with the gradient made in the forward (see the module docstring)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        mask: Tensor | None,
-        weights: Tensor | None,
-        dcl: bool,
-        diagonal: Tensor,
-        col_offset: int,
-        compiled: bool,
-    ) -> Tensor:
-        loss, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, None, True, compiled)
-        ctx.args = (mask, weights, dcl, diagonal, col_offset, compiled)
+    def forward(ctx: Any, q: Tensor, k: Tensor, terms: _Terms) -> Tensor:  # type: ignore[override]
+        loss, dq, dk = _sweep(q, k, terms, None, True)
+        ctx.terms = terms
         ctx.save_for_backward(q, k, dq, dk)
         return loss
 
@@ -291,20 +293,10 @@ class _MaskedLogRatio(torch.autograd.Function):
     def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
         q, k, dq, dk = ctx.saved_tensors
         if not bool((grad == grad[0]).all()):  # rows weighted unequally: sweep again with their weights
-            mask, weights, dcl, diagonal, col_offset, compiled = ctx.args
-            _, dq, dk = _sweep(q, k, mask, weights, dcl, diagonal, col_offset, grad, True, compiled)
+            _, dq, dk = _sweep(q, k, ctx.terms, grad, True)
         else:
             dq, dk = dq * grad[0], dk * grad[0]
-        return (
-            dq if ctx.needs_input_grad[0] else None,
-            dk if ctx.needs_input_grad[1] else None,
-            None,
-            None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return dq if ctx.needs_input_grad[0] else None, dk if ctx.needs_input_grad[1] else None, None
 
 
 def _compiled_is_faster(q: Tensor, k: Tensor) -> bool:
@@ -377,10 +369,11 @@ def masked_log_ratio(
     w = None if weights is None else weights.detach().to(q.dtype)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     use = compiled is True or (compiled == "auto" and weights is None and not dcl and _compiled_is_faster(q, k))
+    terms = _Terms(positive_mask, w, dcl, diag, col_offset, use)
     try:
         if needs_grad:
-            out: Tensor = _MaskedLogRatio.apply(q, k, positive_mask, w, dcl, diag, col_offset, use)
+            out: Tensor = _MaskedLogRatio.apply(q, k, terms)
             return out
-        return _sweep(q, k, positive_mask, w, dcl, diag, col_offset, None, False, use)[0]
+        return _sweep(q, k, terms, None, False)[0]
     except _RowSumUnderflow:
         return None

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from contrastlab._checks import check_bool
+from contrastlab._checks import check_bool, check_int
 from contrastlab.losses.stripe_calibration import calibrated_chunk_size
 
 __all__ = [
@@ -108,13 +108,7 @@ def check_chunk_size(chunk_size: object) -> int | None:
         TypeError: ``chunk_size`` is neither None nor an int.
         ValueError: ``chunk_size`` < 1.
     """
-    if chunk_size is None:
-        return None
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int):
-        raise TypeError(f"chunk_size must be None or an int, got {type(chunk_size).__name__}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    return chunk_size
+    return None if chunk_size is None else check_int("chunk_size", chunk_size, 1)
 
 
 def plan_chunk_size(
@@ -181,11 +175,7 @@ def stripe_rows(chunk_size: int, n_cols: int) -> int | None:
 
 def _check_offset(col_offset: object) -> int:
     """Validate ``col_offset``: an int ≥ 0 (not a bool)."""
-    if isinstance(col_offset, bool) or not isinstance(col_offset, int):
-        raise TypeError(f"col_offset must be an int, got {type(col_offset).__name__}")
-    if col_offset < 0:
-        raise ValueError(f"col_offset must be >= 0, got {col_offset}")
-    return col_offset
+    return check_int("col_offset", col_offset, 0)
 
 
 def _safe(m: Tensor) -> Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -280,6 +281,13 @@ def test_chunk_size_validated(bad, exc):
         InfoNCELoss(chunk_size=bad)
     with pytest.raises(exc, match="^chunk_size"):
         NTXentLoss(chunk_size=bad)
+
+
+def test_chunk_size_and_offset_take_numpy_ints():
+    # check_int's ints: a numpy integer (a config read with numpy, an index) is an int, returned as one.
+    assert type(tiled.check_chunk_size(np.int64(7))) is int
+    a = torch.randn(4, 3)
+    assert torch.equal(tiled.tiled_lse(a, a, block=np.int64(2), col_offset=np.int64(0)), tiled.tiled_lse(a, a, block=2))
 
 
 def _count_kernels(monkeypatch) -> list[str]:

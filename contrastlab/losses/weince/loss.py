@@ -129,6 +129,7 @@ from contrastlab.losses.weince.options import GlobalBetaConfig, WEINCEOptions
 from contrastlab.losses.weince.stream import (
     STREAM_BLOCK_BYTES,
     Refinement,
+    SweepPlan,
     _WeinceStream,
     block_anchors,
     coefficients,
@@ -632,10 +633,11 @@ def _simclr_streamed(call: _Call) -> _Parts:
         co = coefficients(lam, lam_beta, st.s_max, inv_f, _u_min(o.eps, dtype))
         inv_tensor = inv_t if isinstance(inv_t, Tensor) else torch.tensor(inv_t, dtype=dtype, device=device)
         ahead = torch.is_grad_enabled() and raw.requires_grad and call.reduction != "none"
+        plan = SweepPlan(pos_index, self_cols, co, refine, rows)
         use = call.compiled
         if use == "auto":
-            use = compiled_is_faster(local, views, pos_index, self_cols, co, refine, rows, ahead)
-        loss = _WeinceStream.apply(local, views, inv_tensor, pos_index, self_cols, co, refine, rows, ahead, use)
+            use = compiled_is_faster(local, views, plan, ahead)
+        loss = _WeinceStream.apply(local, views, inv_tensor, plan, ahead, use)
     if o.aux_top_m > 0:
         assert beta_t is not None and st.top_idx is not None
         idx = torch.cat([pos_index.unsqueeze(1), st.top_idx], dim=1)  # (R, 1 + M): [positive | M hardest]

@@ -229,6 +229,24 @@ class Refinement(NamedTuple):
     cands: Tensor
 
 
+class SweepPlan(NamedTuple):
+    """What a loss sweep reads besides the anchors and the candidates (:func:`_sweep`, :func:`_sweep_compiled`).
+
+    Attributes:
+        pos_index: each anchor's positive column among the candidates. Shape ``(R,)``, long.
+        self_cols: each anchor's own column, left out of its softmax. Shape ``(R,)``, long.
+        co: the per-anchor constants (:class:`Coefficients`).
+        refine: where the shortfalls come from float64 cosines, or ``None``.
+        rows: anchors per block.
+    """
+
+    pos_index: Tensor
+    self_cols: Tensor
+    co: Coefficients
+    refine: Refinement | None
+    rows: int
+
+
 def _shortfalls(
     q: Tensor, k: Tensor, i0: int, i1: int, self_cols: Tensor, refine: Refinement | None, out: Tensor
 ) -> Tensor:
@@ -259,17 +277,7 @@ class _Sweep(NamedTuple):
 
 
 def _sweep(
-    q: Tensor,
-    k: Tensor,
-    pos_index: Tensor,
-    self_cols: Tensor,
-    co: Coefficients,
-    refine: Refinement | None,
-    rows: int,
-    *,
-    want_grad: bool,
-    grad: Tensor | None = None,
-    want_tau: bool = False,
+    q: Tensor, k: Tensor, plan: SweepPlan, *, want_grad: bool, grad: Tensor | None = None, want_tau: bool = False
 ) -> _Sweep:
     """One sweep over blocks of ``rows`` anchors: the loss, and with ``want_grad`` ∂(Σ_i grad_i loss_i)/∂(q, k).
 
@@ -277,6 +285,7 @@ def _sweep(
     u_pos − Σ_j p_ij u_ij (the τ-gradient is Σ_i grad_i (1 − λ_i) times it). Shapes: q ``(R, D)``,
     k ``(C, D)``; returns the loss ``(R,)``, ``dq`` ``(R, D)``, ``dk`` ``(C, D)``.
     """
+    pos_index, self_cols, co, refine, rows = plan
     r, c = q.shape[0], k.shape[0]
     b_max = min(rows, r)
     buf = q.new_empty(2, b_max * c)
@@ -346,23 +355,14 @@ def _shortfalls_by_anchor(
 
 
 def _sweep_compiled(
-    q: Tensor,
-    k: Tensor,
-    pos_index: Tensor,
-    self_cols: Tensor,
-    co: Coefficients,
-    refine: Refinement | None,
-    rows: int,
-    *,
-    want_grad: bool,
-    grad: Tensor | None = None,
-    want_tau: bool = False,
+    q: Tensor, k: Tensor, plan: SweepPlan, *, want_grad: bool, grad: Tensor | None = None, want_tau: bool = False
 ) -> _Sweep:
     """:func:`_sweep` with each block's element-wise work done by compiled functions, anchors × candidates.
 
     The functions are :mod:`contrastlab.losses.weince.compiled`'s; one block buffer holds the shortfalls
     and then, in place, the gradient block.
     """
+    pos_index, self_cols, co, refine, rows = plan
     r, c = q.shape[0], k.shape[0]
     buf = q.new_empty(min(rows, r) * c)  # one block: the shortfalls, then the gradient block in place
     loss = q.new_empty(r)
@@ -402,27 +402,18 @@ def _sweep_compiled(
     return _Sweep(loss, tau_factor, dq, dk)
 
 
-def compiled_is_faster(
-    q: Tensor,
-    k: Tensor,
-    pos_index: Tensor,
-    self_cols: Tensor,
-    co: Coefficients,
-    refine: Refinement | None,
-    rows: int,
-    want_grad: bool,
-) -> bool:
+def compiled_is_faster(q: Tensor, k: Tensor, plan: SweepPlan, want_grad: bool) -> bool:
     """``compiled="auto"``: whether :func:`_sweep_compiled` beat :func:`_sweep` on the first block of anchors.
 
     Both sweeps run on the first ``rows`` anchors (their GEMMs included, the same in both); measured once
     per (device, dtype, block rows, power of two of the candidates, gradient) and process
     (:func:`contrastlab.losses.compiled_choice.measured_choice`).
     """
-    r, c = min(rows, q.shape[0]), k.shape[0]
+    r, c = min(plan.rows, q.shape[0]), k.shape[0]
     key = ("weince", q.device.type, q.dtype, r, max(1, c - 1).bit_length(), want_grad)
 
     def make() -> tuple[Callable[[], object], Callable[[], object]]:
-        args = (q[:r].detach(), k.detach(), pos_index, self_cols, co, refine, rows)
+        args = (q[:r].detach(), k.detach(), plan)
         return partial(_sweep, *args, want_grad=want_grad), partial(_sweep_compiled, *args, want_grad=want_grad)
 
     return measured_choice(key, make, device=q.device)
@@ -446,19 +437,15 @@ class _WeinceStream(torch.autograd.Function):
         q: Tensor,
         k: Tensor,
         inv_t: Tensor,
-        pos_index: Tensor,
-        self_cols: Tensor,
-        co: Coefficients,
-        refine: Refinement | None,
-        rows: int,
+        plan: SweepPlan,
         grad_ahead: bool,
         compiled: bool = False,
     ) -> Tensor:
         want_tau = bool(ctx.needs_input_grad[2])
         sweep = _sweep_compiled if compiled else _sweep
-        res = sweep(q, k, pos_index, self_cols, co, refine, rows, want_grad=grad_ahead, want_tau=want_tau)
+        res = sweep(q, k, plan, want_grad=grad_ahead, want_tau=want_tau)
         ctx.sweep = sweep
-        ctx.args = (pos_index, self_cols, co, refine, rows)
+        ctx.plan = plan
         ctx.grad_ahead = grad_ahead
         ctx.tau_factor = res.tau_factor
         ctx.save_for_backward(q, k)
@@ -475,13 +462,13 @@ class _WeinceStream(torch.autograd.Function):
         elif ctx.ahead is not None and bool((grad == grad[0]).all()):  # every row alike: scale what was made
             dq, dk = (x * grad[0] for x in ctx.ahead)
         else:
-            res = ctx.sweep(q, k, *ctx.args, want_grad=True, grad=grad)
+            res = ctx.sweep(q, k, ctx.plan, want_grad=True, grad=grad)
             dq, dk = res.dq, res.dk
         d_inv_t = None
         if ctx.tau_factor is not None:
-            co: Coefficients = ctx.args[2]
+            co: Coefficients = ctx.plan.co
             d_inv_t = (grad * co.one_minus_lam.view(-1) * ctx.tau_factor).sum()
-        return dq, dk, d_inv_t, None, None, None, None, None, None, None
+        return dq, dk, d_inv_t, None, None, None
 
 
 class _GatherDot(torch.autograd.Function):
