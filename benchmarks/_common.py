@@ -8,6 +8,7 @@ GEMMs that any exact forward + backward must do at that size (``S = Q Kᵀ``; ``
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -406,6 +407,14 @@ def scifact_data(task_dir: Path, batch: int, false_negatives: str | None = None)
     source = SourceConfig(path=str(task_dir), kind="task", split="train", part="train", dev_fraction=0.2, seed=0)
     text = {} if false_negatives is None else {"text": TextDataConfig(false_negatives=false_negatives)}  # type: ignore[arg-type]
     return DataConfig(name="sources", batch_size=batch, sources=SourcesConfig(datasets=(source,)), **text)
+
+
+def add_minilm_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the fine-tune :func:`minilm_job` builds: ``--batch``, ``--max-seq-length``, ``--lr``, ``--threads``."""
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--max-seq-length", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-5)
+    ap.add_argument("--threads", type=int, default=2)
 
 
 def minilm_job(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from _common import machine, minilm_job, scifact_data, set_threads  # type: ignore[import-not-found]
+from _common import add_minilm_arguments, machine, minilm_job, scifact_data, set_threads  # type: ignore[import-not-found]
 
 from contrastlab.eval.bootstrap import bootstrap_mean
 from contrastlab.train.job.config import JobConfig
@@ -76,11 +76,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=SCIFACT, help="the SciFact BEIR folder (train split)")
     ap.add_argument("--out", type=Path, default=Path("runs/scifact-false-negatives"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--max-seq-length", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=2e-5)
+    add_minilm_arguments(ap)
     ap.add_argument("--steps", type=int, default=0, help="optimiser steps (0: one epoch of the train part)")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--quick", action="store_true", help="2 steps, 64 tokens, 20 dev queries, 200 documents: a check that it runs"
     )

@@ -35,7 +35,16 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ROOT, machine, minilm_job, scifact_data, scifact_train_pairs, set_threads, st_mnrl_fit
+from _common import (
+    ROOT,
+    add_minilm_arguments,
+    machine,
+    minilm_job,
+    scifact_data,
+    scifact_train_pairs,
+    set_threads,
+    st_mnrl_fit,
+)
 
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact-train"
 
@@ -68,11 +77,8 @@ def main() -> int:
     ap.add_argument("--task", type=Path, default=SCIFACT)
     ap.add_argument("--out", type=Path, default=Path("runs/scifact-finetune"))
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--lr", type=float, default=2e-5)
-    ap.add_argument("--max-seq-length", type=int, default=256)
+    add_minilm_arguments(ap)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--with-off", action="store_true", help="also train and audit false_negatives: off")
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]

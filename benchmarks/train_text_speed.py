@@ -50,6 +50,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     ROOT,
+    add_minilm_arguments,
     fmt_bytes,
     machine,
     minilm_job,
@@ -148,12 +149,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=SCIFACT, help="SciFact's BEIR folder (else: docstring pairs)")
     ap.add_argument("--steps", type=int, default=29)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--max-seq-length", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=2e-5)
+    add_minilm_arguments(ap)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument(
         "--mmap-threshold-mib", type=int, default=0, help="train.mmap_threshold_mib of both contrastlab arms (0: off)"
     )

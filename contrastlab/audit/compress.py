@@ -36,6 +36,7 @@ per storage, the full model marked.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -233,18 +234,10 @@ def _settings(
             binary.add(codes_d)
             sign_q = torch.from_numpy(np.where(q > 0, 1.0, -1.0))
             sign_d = torch.from_numpy(np.where(d > 0, 1.0, -1.0))
+            # both binary storages score by the signs (±1 sums scaled by 1/width) and store width/8 bytes
+            binary_setting = functools.partial(_Setting, width, storage, sign_q, sign_d, width / 8, scale=1.0 / width)
             if storage == "binary":
-                out.append(
-                    _Setting(
-                        width,
-                        storage,
-                        sign_q,
-                        sign_d,
-                        width / 8,
-                        lambda i=binary, c=codes_q: i.search(c, k_max),
-                        scale=1.0 / width,
-                    )
-                )
+                out.append(binary_setting(lambda i=binary, c=codes_q: i.search(c, k_max)))
                 continue
             depth = min(rescore_depth, d.shape[0])
             candidates = torch.from_numpy(binary.search(codes_q, depth)[1].astype(np.int64))
@@ -254,19 +247,7 @@ def _settings(
                 rescored = np.einsum("qd,qrd->qr", q, d[ids])  # the float vectors of the candidates only
                 np.argsort(-rescored, axis=1)[:, :k_max]
 
-            out.append(
-                _Setting(
-                    width,
-                    storage,
-                    sign_q,
-                    sign_d,
-                    width / 8,
-                    search,
-                    candidates,
-                    f"top {depth} by Hamming rescored",
-                    scale=1.0 / width,
-                )
-            )
+            out.append(binary_setting(search, candidates, f"top {depth} by Hamming rescored"))
         elif storage == "pq":
             if width % pq_dsub:
                 skipped.append(f"pq at width {width}: not divisible into sub-vectors of pq_dsub = {pq_dsub}")
