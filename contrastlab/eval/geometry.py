@@ -1,7 +1,7 @@
 """Embedding geometry in one namespace: alignment/uniformity, tail statistics, and norm dynamics.
 
-The issues and DESIGN.md name ``contrastlab.eval.geometry`` as the home of these tools; each lives in
-its own file (one concept per file) and is re-exported here:
+One import path for the geometry tools; each lives in its own file (one concept per file) and is re-exported
+here:
 
 - :func:`alignment`, :func:`uniformity` (Wang & Isola 2020) — :mod:`contrastlab.losses.alignment_uniformity`;
 - peaks-over-threshold / Weibull-vs-Gumbel tail diagnostics (WEINCE §2) — :mod:`contrastlab.eval.tails`;
