@@ -52,13 +52,17 @@ def test_dropout_attention_is_the_math_path_and_passes_gradcheck(mask_kind: str)
     assert torch.autograd.gradcheck(ours, (q, k, v))
 
 
-def test_dropout_attention_saves_the_softmax_and_a_bool_mask() -> None:
+def test_dropout_attention_saves_the_softmax_and_a_bool_mask_where_sdpa_saves_three_floats() -> None:
     q, k, v = (torch.randn(2, 3, 16, 8, requires_grad=True) for _ in range(3))
     saved: list[torch.Tensor] = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         DropoutAttention.apply(q, k, v, None, 0.125, 0.1)
     big = [t for t in saved if t.shape[-2:] == (16, 16)]  # (B, H, L_q, L_k): the attention's own tensors
     assert sorted(str(t.dtype) for t in big) == ["torch.bool", "torch.float32"], [t.dtype for t in big]
+    saved.clear()  # SDPA's math path under dropout keeps the softmax, the noise and the dropped attention
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=0.1, scale=0.125)
+    assert [str(t.dtype) for t in saved if t.shape[-2:] == (16, 16)] == ["torch.float32"] * 3
 
 
 @pytest.fixture(scope="module")
